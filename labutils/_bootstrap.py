@@ -1,0 +1,251 @@
+"""Entry point of an isolated run: ``python _bootstrap.py RUN_DIR``.
+
+This file is executed by path (never imported as part of the package), so that starting a run costs
+no more than starting Python: it imports nothing heavy and leaves torch to the learner's code.
+
+It reads ``RUN_DIR/config.json``, applies the per-run settings that must be applied from inside the
+process (RLIMIT_NOFILE, start method), then runs the learner's code the way the config asks:
+
+* ``file``: like ``python script.py``: the file runs as ``__main__`` and spawn/forkserver children
+  import it back as ``__mp_main__`` (so an unguarded script reproduces the missing-guard trap);
+* ``func``: imports ``module`` and calls ``func(*args)``; ``__main__`` is this bootstrap, so spawn
+  children never re-run learner code;
+* ``notebook_main``: the source runs in a fresh ``__main__`` module that has no ``__file__``, exactly
+  like a notebook or ``python -c``: spawn/forkserver children cannot import classes defined there.
+
+Evidence is written to RUN_DIR as it happens (so that a run killed from outside still leaves it):
+``procs.jsonl`` (each process the main process starts), ``loader.jsonl`` (DataLoader iterators
+created and every exception that escaped ``next()``, even when the script catches it),
+``exc.json`` (the exception chain that ended the script) and ``final.json`` (exit codes of the
+processes it started).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+RUN_DIR = sys.argv[1]
+MAIN_PID = os.getpid()
+_started = []  # BaseProcess objects started by the main process
+
+
+def _append(name: str, record: dict) -> None:
+    try:
+        with open(os.path.join(RUN_DIR, name), "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, default=repr) + "\n")
+    except OSError:  # the run dir may be gone when a straggler writes late
+        pass
+
+
+def _chain(exc: BaseException) -> list:
+    """Type, message and link of the exception and every ``__cause__``/``__context__`` below it."""
+    out, seen, link = [], set(), None
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False))
+        out.append({"type": type(exc).__qualname__, "module": type(exc).__module__,
+                    "message": str(exc), "link": link, "traceback": tb[-6000:]})
+        if exc.__cause__ is not None:
+            exc, link = exc.__cause__, "cause"
+        elif exc.__context__ is not None and not exc.__suppress_context__:
+            exc, link = exc.__context__, "context"
+        else:
+            exc = None
+    return out
+
+
+def _track_processes() -> None:
+    from multiprocessing import process
+
+    original_start = process.BaseProcess.start
+
+    def start(self):
+        target = getattr(self, "_target", None)  # start() deletes it
+        original_start(self)
+        if os.getpid() != MAIN_PID:
+            return
+        _started.append(self)
+        _append("procs.jsonl", {
+            "pid": self.pid, "name": self.name, "t": time.time(),
+            "target": getattr(target, "__qualname__", repr(target)),
+            "method": type(self).__name__,
+        })
+
+    process.BaseProcess.start = start
+
+
+def _watch_dataloader() -> None:
+    """Wrap DataLoader iterators when torch.utils.data.dataloader is imported (no import here)."""
+    import importlib.abc
+    import importlib.machinery
+
+    target = "torch.utils.data.dataloader"
+
+    def patch(module) -> None:
+        base = module._BaseDataLoaderIter
+        original_next, original_init = base.__next__, base.__init__
+
+        def __init__(self, loader, *a, **kw):
+            original_init(self, loader, *a, **kw)
+            if os.getpid() != MAIN_PID:
+                return
+            ctx = getattr(loader, "multiprocessing_context", None)
+            try:
+                import torch.multiprocessing as tmp
+                strategy = tmp.get_sharing_strategy()
+                method = ctx.get_start_method() if ctx is not None else tmp.get_start_method()
+            except Exception:  # noqa: BLE001 - evidence is best effort
+                strategy = method = None
+            _append("loader.jsonl", {
+                "event": "iter", "t": time.time(), "num_workers": loader.num_workers,
+                "timeout": loader.timeout, "start_method": method, "sharing_strategy": strategy,
+                "pin_memory": loader.pin_memory, "persistent_workers": loader.persistent_workers,
+                "prefetch_factor": loader.prefetch_factor, "batch_size": loader.batch_size,
+                "dataset": type(loader.dataset).__module__ + "." + type(loader.dataset).__qualname__,
+            })
+
+        def __next__(self):
+            try:
+                return original_next(self)
+            except StopIteration:
+                raise
+            except BaseException as exc:
+                if os.getpid() == MAIN_PID:
+                    _append("loader.jsonl", {"event": "error", "t": time.time(), "chain": _chain(exc)})
+                raise
+
+        base.__init__, base.__next__ = __init__, __next__
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target_=None):
+            if fullname != target:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is None or spec.loader is None:
+                return spec
+            original_exec = spec.loader.exec_module
+
+            def exec_module(module):
+                original_exec(module)
+                try:
+                    patch(module)
+                except Exception as exc:  # noqa: BLE001 - never break the learner's import
+                    _append("loader.jsonl", {"event": "patch_failed", "error": repr(exc)})
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
+def _finish(code: int) -> None:
+    """Record the exit status of every process the main process started."""
+    records = []
+    for proc in _started:
+        exitcode = None
+        try:
+            proc.join(2.0)
+            exitcode = proc.exitcode
+        except Exception:  # noqa: BLE001 - a process object in a strange state
+            pass
+        records.append({"pid": proc.pid, "name": proc.name, "exitcode": exitcode})
+    with open(os.path.join(RUN_DIR, "final.json"), "w", encoding="utf-8") as fh:
+        json.dump({"exit": code, "processes": records}, fh)
+
+
+def main() -> int:
+    with open(os.path.join(RUN_DIR, "config.json"), encoding="utf-8") as fh:
+        cfg = json.load(fh)
+
+    if cfg.get("nofile"):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        n = int(cfg["nofile"])
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard if hard == resource.RLIM_INFINITY or hard >= n else n))
+
+    if hasattr(signal, "SIGUSR1"):  # the runner sends SIGUSR1 before a hard kill: where was it stuck?
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+    _track_processes()
+    _watch_dataloader()
+    if cfg.get("start_method"):
+        import multiprocessing
+
+        multiprocessing.set_start_method(cfg["start_method"], force=True)
+
+    mode = cfg["mode"]
+    code = 0
+    namespace = None
+    try:
+        if mode == "file":
+            path = cfg["path"]
+            sys.argv = [path, *cfg.get("argv", [])]
+            sys.path[0] = os.path.dirname(os.path.abspath(path))
+            import runpy
+
+            namespace = runpy.run_path(path, run_name="__main__")
+        elif mode == "func":
+            import importlib
+
+            sys.path[0] = cfg.get("sys_path0") or os.getcwd()
+            sys.argv = [cfg["module"], *cfg.get("argv", [])]
+            obj = importlib.import_module(cfg["module"])
+            for part in cfg["qualname"].split("."):
+                obj = getattr(obj, part)
+            value = obj(*cfg.get("args", []), **cfg.get("kwargs", {}))
+            if value is not None:
+                with open(os.path.join(RUN_DIR, "value.json"), "w", encoding="utf-8") as fh:
+                    json.dump(value, fh, default=repr)
+        elif mode == "notebook_main":
+            import types
+
+            path = cfg["path"]
+            sys.argv = [""]  # what a notebook or ``python -c`` has
+            sys.path[0] = os.path.dirname(os.path.abspath(path))
+            module = types.ModuleType("__main__")
+            module.__dict__["__builtins__"] = __builtins__
+            sys.modules["__main__"] = module  # no __file__ and no __spec__: like a notebook
+            with open(path, encoding="utf-8") as fh:
+                source = fh.read()
+            exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - this is the point
+            namespace = module.__dict__
+        else:
+            raise SystemExit(f"labutils: unknown mode {mode!r}")
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException as exc:  # noqa: BLE001 - report everything, like the interpreter would
+        with open(os.path.join(RUN_DIR, "exc.json"), "w", encoding="utf-8") as fh:
+            json.dump(_chain(exc), fh, default=repr)
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+        code = 1
+        del exc
+    # Drop the script's objects (DataLoader iterators shut their workers down when collected) so
+    # that the exit codes below are final.
+    if namespace is not None:
+        namespace.clear()
+    namespace = None
+    import gc
+
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _finish(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

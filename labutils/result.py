@@ -1,0 +1,208 @@
+"""The record of one isolated run: what ran, how it ended, and the evidence it left."""
+
+from __future__ import annotations
+
+import html
+import signal as _signal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+OUTCOMES = ("ok", "failed", "timed_out", "unsupported")
+
+
+def signal_name(num: Optional[int]) -> Optional[str]:
+    """``9 -> 'SIGKILL'``; None stays None; unknown numbers become ``'signal 42'``."""
+    if num is None:
+        return None
+    try:
+        return _signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def describe_exit(code: Optional[int]) -> str:
+    """A multiprocessing/Popen exit code in words: negative means killed by that signal."""
+    if code is None:
+        return "unknown (still running when last seen, or never reported)"
+    if code < 0:
+        return f"killed by {signal_name(-code)}"
+    return "exited normally (0)" if code == 0 else f"exited with code {code}"
+
+
+@dataclass
+class ExceptionInfo:
+    """One link of an exception chain: ``link`` says how it hangs on the one before ("cause"/"context")."""
+
+    type: str
+    message: str
+    module: str = "builtins"
+    link: Optional[str] = None
+    traceback: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+@dataclass
+class ProcessInfo:
+    """A process started by the run's main process (DataLoader workers have role 'dataloader_worker')."""
+
+    pid: int
+    name: str = ""
+    role: str = "process"
+    exitcode: Optional[int] = None
+    peak_rss: Optional[int] = None
+    peak_uss: Optional[int] = None
+    killed_by_watchdog: bool = False
+
+    @property
+    def signal(self) -> Optional[int]:
+        return -self.exitcode if self.exitcode is not None and self.exitcode < 0 else None
+
+    @property
+    def status(self) -> str:
+        text = describe_exit(self.exitcode)
+        return text + " (the lab's memory watchdog)" if self.killed_by_watchdog else text
+
+
+@dataclass
+class RunResult:
+    """What one isolated run did. ``outcome`` is one of ok / failed / timed_out / unsupported."""
+
+    outcome: str
+    returncode: Optional[int] = None
+    signal: Optional[int] = None
+    workers: list = field(default_factory=list)
+    exceptions: list = field(default_factory=list)
+    loader_events: list = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+    wall_time: float = 0.0
+    peak_rss: Optional[int] = None
+    watchdog_kills: list = field(default_factory=list)
+    samples: list = field(default_factory=list)
+    processes_seen: int = 0
+    stray_processes: list = field(default_factory=list)
+    shm_removed: list = field(default_factory=list)
+    reason: Optional[str] = None
+    options: dict = field(default_factory=dict)
+    value: Any = None
+
+    # ------------------------------------------------------------------ convenient views
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @property
+    def exception(self) -> Optional[ExceptionInfo]:
+        """The exception that ended the main process (the outer one), if any."""
+        return self.exceptions[0] if self.exceptions else None
+
+    @property
+    def dataloader_workers(self) -> list:
+        return [w for w in self.workers if w.role == "dataloader_worker"]
+
+    @property
+    def loader_errors(self) -> list:
+        """Exception chains that escaped a DataLoader iterator, even ones the script caught."""
+        return [[ExceptionInfo(**e) for e in ev["chain"]] for ev in self.loader_events
+                if ev.get("event") == "error"]
+
+    @property
+    def all_messages(self) -> str:
+        """Every exception message of the run (main chain and loader errors), one per line."""
+        lines = [str(e) for e in self.exceptions]
+        for chain in self.loader_errors:
+            lines.extend(str(e) for e in chain)
+        return "\n".join(lines)
+
+    @property
+    def diagnosis(self):
+        """The cause of what happened, from :func:`labutils.explain` (computed once)."""
+        cached = self.__dict__.get("_diagnosis")
+        if cached is None:
+            from .diagnose import explain
+
+            cached = self.__dict__["_diagnosis"] = explain(self)
+        return cached
+
+    @property
+    def cause(self) -> str:
+        return self.diagnosis.cause
+
+    def stderr_lines(self, contains: str = "") -> list:
+        return [ln for ln in self.stderr.splitlines() if contains in ln]
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("samples")
+        data["exit"] = self.exit_text
+        return data
+
+    @property
+    def exit_text(self) -> str:
+        if self.outcome == "unsupported":
+            return "did not run"
+        if self.outcome == "timed_out":
+            return "killed by the runner after the time limit"
+        return describe_exit(self.returncode)
+
+    # ------------------------------------------------------------------ rendering
+    def summary_lines(self) -> list:
+        lines = [f"outcome: {self.outcome}   main process: {self.exit_text}   wall: {self.wall_time:.2f} s"]
+        if self.reason:
+            lines.append(f"reason: {self.reason}")
+        for k in self.watchdog_kills:
+            who = "main process" if k.get("main") else f"pid {k['pid']}"
+            lines.append(f"memory watchdog: SIGKILLed {who} at {k['rss'] / 2**20:.0f} MiB "
+                         f"(budget {k['budget'] / 2**20:.0f} MiB) - the lab's stand-in for the OOM killer")
+        for w in self.workers:
+            mem = f", peak RSS {w.peak_rss / 2**20:.0f} MiB" if w.peak_rss else ""
+            lines.append(f"{w.role} pid {w.pid}: {w.status}{mem}")
+        for i, e in enumerate(self.exceptions):
+            how = {"cause": "caused by", "context": "while handling"}.get(e.link, "raised")
+            lines.append(f"{'  ' * i}{how}: {e.type}: {_short(e.message)}")
+        return lines
+
+    def __str__(self) -> str:
+        lines = self.summary_lines()
+        if "_diagnosis" in self.__dict__ or self.outcome != "unsupported":
+            try:
+                d = self.diagnosis
+                lines.insert(0, f"cause: {d.cause} - {d.summary}")
+            except Exception as exc:  # noqa: BLE001 - never fail to print a result
+                lines.insert(0, f"cause: (diagnosis failed: {exc!r})")
+        tail = self.stderr.strip().splitlines()[-8:]
+        if tail:
+            lines.append("stderr (last lines):")
+            lines.extend("  " + ln for ln in tail)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"RunResult(outcome={self.outcome!r}, exit={self.exit_text!r}, "
+                f"workers={len(self.workers)}, wall_time={self.wall_time:.2f})")
+
+    def _repr_html_(self) -> str:
+        colour = {"ok": "#1a7f37", "failed": "#cf222e", "timed_out": "#9a6700", "unsupported": "#6e7781"}
+        esc = html.escape
+        head = (f"<span style='background:{colour.get(self.outcome, '#444')};color:white;padding:1px 6px;"
+                f"border-radius:3px'>{esc(self.outcome)}</span>")
+        try:
+            d = self.diagnosis
+            head += f" <b>cause: <code>{esc(d.cause)}</code></b> &mdash; {esc(d.summary)}"
+        except Exception as exc:  # noqa: BLE001
+            head += f" (diagnosis failed: {esc(repr(exc))})"
+        rows = "".join(f"<li>{esc(line)}</li>" for line in self.summary_lines())
+        tail = "\n".join(self.stderr.strip().splitlines()[-12:])
+        err = (f"<details><summary>stderr (last lines)</summary><pre style='font-size:85%'>{esc(tail)}"
+               "</pre></details>") if tail else ""
+        out = "\n".join(self.stdout.strip().splitlines()[-12:])
+        out = (f"<details><summary>stdout (last lines)</summary><pre style='font-size:85%'>{esc(out)}"
+               "</pre></details>") if out else ""
+        return (f"<div style='border:1px solid #d0d7de;border-radius:6px;padding:6px 10px;margin:4px 0'>"
+                f"<div>{head}</div><ul style='margin:4px 0'>{rows}</ul>{out}{err}</div>")
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,1 @@
+"""Scenario scripts: one broken and one fixed DataLoader program per cause id."""
