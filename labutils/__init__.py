@@ -5,3 +5,10 @@ from .result import ExceptionInfo, ProcessInfo, RunResult
 
 __all__ = ["IsolationError", "ExceptionInfo", "ProcessInfo", "RunResult", "private_shm_support",
            "run_isolated"]
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext labutils`` registers the ``%%isolate`` cell magic."""
+    from .magic import load_ipython_extension as _load
+
+    _load(ipython)

@@ -1,0 +1,74 @@
+"""The ``%%isolate`` cell magic: run a cell's code in a fresh process with :func:`run_isolated`.
+
+Usage (after ``%load_ext labutils``)::
+
+    %%isolate -o broken --start-method spawn --timeout 30 --memory-budget 600M
+    ...the cell's code, run like ``python lab_cell.py``...
+
+The result is shown as a card and, with ``-o NAME``, stored in the notebook's namespace for assertion
+cells. ``--notebook-main`` runs the cell in a ``__main__`` without a file, like a notebook itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from .isolate import IsolationError, run_isolated
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would exit the kernel's magic with SystemExit(2)
+        raise IsolationError(f"%%isolate: {message}. Options: {self.format_usage().strip()}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="%%isolate", add_help=False)
+    p.add_argument("-o", "--out", metavar="NAME", help="store the RunResult under this name")
+    p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"])
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--memory-budget")
+    p.add_argument("--shm-size")
+    p.add_argument("--nofile", type=int)
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--notebook-main", action="store_true")
+    p.add_argument("--memory-detail", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not display the result card")
+    return p
+
+
+def isolate_cell(line: str, cell: str, user_ns: dict):
+    """Parse the magic's options, run the cell isolated, store and return the RunResult."""
+    opts = _parser().parse_args(shlex.split(line))
+    env = {}
+    for item in opts.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise IsolationError(f"%%isolate: --env {item!r} must look like KEY=VALUE")
+        env[key] = value
+    if opts.out is not None and not opts.out.isidentifier():
+        raise IsolationError(f"%%isolate: -o {opts.out!r} is not a valid Python name")
+    result = run_isolated(cell, start_method=opts.start_method, timeout=opts.timeout,
+                          memory_budget=opts.memory_budget, shm_size=opts.shm_size, nofile=opts.nofile,
+                          env=env, notebook_main=opts.notebook_main, memory_detail=opts.memory_detail)
+    if opts.out:
+        user_ns[opts.out] = result
+    return None if opts.quiet else result
+
+
+def load_ipython_extension(ipython) -> None:
+    """Register ``%%isolate`` (called by ``%load_ext labutils``)."""
+
+    def isolate(line, cell):
+        from IPython.core.error import UsageError
+
+        try:
+            result = isolate_cell(line, cell, ipython.user_ns)
+        except IsolationError as exc:
+            raise UsageError(str(exc)) from None  # IPython shows the message alone, no traceback
+        if result is not None:
+            from IPython.display import display
+
+            display(result)
+
+    ipython.register_magic_function(isolate, magic_kind="cell", magic_name="isolate")
