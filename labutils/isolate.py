@@ -402,7 +402,16 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
                 else None),
         options=options,
         value=_read_json(os.path.join(run_dir, "value.json")),
+        values=_merge(_read_jsonl(os.path.join(run_dir, "emitted.jsonl"))),
     )
+
+
+def _merge(records: list) -> dict:
+    out: dict = {}
+    for rec in records:
+        if isinstance(rec, dict):
+            out.update(rec)
+    return out
 
 
 def _read_text(path: str) -> str:

@@ -87,6 +87,7 @@ class RunResult:
     reason: Optional[str] = None
     options: dict = field(default_factory=dict)
     value: Any = None
+    values: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ convenient views
     @property
