@@ -1,10 +1,10 @@
 """DataLoader Crash Lab helpers: isolated runs, diagnosis, preflight checks and reusable fixes."""
 
 from .channel import emit
-from .isolate import IsolationError, private_shm_support, run_isolated
+from .isolate import IsolationError, find_strays, leftover_shm, private_shm_support, run_isolated
 from .result import ExceptionInfo, ProcessInfo, RunResult
 
-__all__ = ["emit", "IsolationError", "ExceptionInfo", "ProcessInfo", "RunResult", "private_shm_support",
+__all__ = ["emit", "IsolationError", "find_strays", "leftover_shm", "ExceptionInfo", "ProcessInfo", "RunResult", "private_shm_support",
            "run_isolated"]
 
 

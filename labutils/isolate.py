@@ -168,19 +168,41 @@ def _shm_entries() -> set:
         return set()
 
 
-def _clean_shm(before: set, pids: set, started: float) -> list:
-    """Remove /dev/shm files this run created: torch segments of its pids, and new mp semaphores."""
+def _mapped_shm_names() -> set:
+    """Names of /dev/shm files that some live process still has mapped (read from /proc/*/maps)."""
+    names = set()
+    prefix = _SHM + "/"
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/maps", encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    at = line.find(prefix)
+                    if at >= 0:
+                        names.add(line[at + len(prefix):].split(" ")[0].strip())
+        except OSError:
+            continue
+    return names
+
+
+def _clean_shm(before: set, pids: set) -> list:
+    """Remove /dev/shm files this run left: torch segments named after its pids, orphaned mp semaphores.
+
+    ``torch_<pid>_...`` names carry the creating pid, so only this run's are touched. Semaphore names
+    (``sem.mp-*``) carry no pid: one is removed only if it appeared during the run and no live process
+    maps it any more, so a concurrent run's semaphores are never touched.
+    """
     removed = []
-    for name in _shm_entries() - before:
-        owned = False
+    new = _shm_entries() - before
+    sems = [n for n in new if n.startswith("sem.mp-")]
+    mapped = _mapped_shm_names() if sems else set()
+    for name in new:
         if name.startswith("torch_"):
             parts = name.split("_")
             owned = len(parts) > 1 and parts[1].isdigit() and int(parts[1]) in pids
-        elif name.startswith("sem.mp-"):
-            try:
-                owned = os.stat(os.path.join(_SHM, name)).st_mtime >= started - 1
-            except OSError:
-                owned = False
+        else:
+            owned = name.startswith("sem.mp-") and name not in mapped
         if owned:
             try:
                 os.unlink(os.path.join(_SHM, name))
@@ -188,6 +210,30 @@ def _clean_shm(before: set, pids: set, started: float) -> list:
             except OSError:
                 pass
     return sorted(removed)
+
+
+def find_strays() -> list:
+    """Pids of processes left over from finished isolated runs (their run directory is gone).
+
+    Every process of a run, workers included, carries ``LABUTILS_RUN_DIR`` in its environment; the
+    directory is deleted when the run is over, so a live process that still names a missing directory
+    has outlived its run. Expected result: ``[]``.
+    """
+    psutil = _psutil()
+    strays = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            run_dir = proc.environ().get("LABUTILS_RUN_DIR")
+            if run_dir and not os.path.isdir(run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
+                strays.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return strays
+
+
+def leftover_shm() -> list:
+    """``/dev/shm`` entries named like PyTorch segments (``torch_*``) or multiprocessing semaphores."""
+    return sorted(n for n in _shm_entries() if n.startswith(("torch_", "sem.mp-")))
 
 
 # --------------------------------------------------------------------------- the runner
@@ -326,7 +372,6 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
     child_env["LABUTILS_RUN_DIR"] = run_dir
     out_path, err_path = os.path.join(run_dir, "stdout.txt"), os.path.join(run_dir, "stderr.txt")
     shm_before = _shm_entries()
-    started_wall = time.time()
     t0 = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=child_env,
@@ -359,7 +404,7 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
         pids.setdefault(rec["pid"], {"create_time": None})
     left = _kill_tree(proc.pid, pids)
     proc.wait()
-    removed = [] if prefix else _clean_shm(shm_before, set(pids) | {proc.pid}, started_wall)
+    removed = [] if prefix else _clean_shm(shm_before, set(pids) | {proc.pid})
 
     final = _read_json(os.path.join(run_dir, "final.json")) or {}
     exits = {p["pid"]: p.get("exitcode") for p in final.get("processes", [])}

@@ -1,0 +1,28 @@
+"""Shared fixtures: every test must leave no process and no /dev/shm file of its runs behind."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def shm_names() -> set:
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(("torch_", "sem.mp-"))}
+    except OSError:
+        return set()
+
+
+@pytest.fixture
+def no_leaks():
+    """Fail the test if it leaves new torch_*/sem.mp-* files in /dev/shm or child processes alive."""
+    import psutil
+
+    before = shm_names()
+    yield
+    left = shm_names() - before
+    assert not left, f"/dev/shm files left behind: {sorted(left)}"
+    me = psutil.Process()
+    alive = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"processes left running: {[(p.pid, p.name()) for p in alive]}"

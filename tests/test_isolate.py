@@ -1,0 +1,190 @@
+"""The isolated runner: each option really takes effect, and nothing of a run outlives it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+
+import labutils
+from labutils import IsolationError, run_isolated
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+KILL_WORKER = textwrap.dedent("""
+    import os, signal
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class D(Dataset):
+        def __len__(self):
+            return 16
+        def __getitem__(self, i):
+            if i == 5:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return torch.tensor(i)
+
+    if __name__ == "__main__":
+        for batch in DataLoader(D(), batch_size=2, num_workers=2):
+            pass
+""")
+
+
+def test_ok_run_captures_stdout_and_values():
+    r = run_isolated("import labutils\nprint('hello')\nlabutils.emit(n=3, xs=[1, 2])")
+    assert r.outcome == "ok" and r.returncode == 0
+    assert r.stdout.strip() == "hello"
+    assert r.values == {"n": 3, "xs": [1, 2]}
+
+
+def test_exception_chain_is_recorded():
+    r = run_isolated("try:\n    1/0\nexcept ZeroDivisionError as e:\n    raise KeyError('k') from e")
+    assert r.outcome == "failed" and r.returncode == 1
+    assert [e.type for e in r.exceptions] == ["KeyError", "ZeroDivisionError"]
+    assert r.exceptions[1].link == "cause"
+    assert "ZeroDivisionError" in r.stderr
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_killed_worker_is_reported_with_its_signal(method):
+    r = run_isolated(KILL_WORKER, start_method=method, timeout=60)
+    assert r.outcome == "failed"
+    workers = r.dataloader_workers
+    assert len(workers) == 2
+    killed = [w for w in workers if w.signal == 9]
+    assert len(killed) == 1 and not killed[0].killed_by_watchdog
+    assert "exited unexpectedly" in r.exception.message
+    assert any("killed by signal" in e.message for e in r.exceptions[1:])
+    assert r.loader_events[0]["start_method"] == method
+    assert r.loader_events[0]["num_workers"] == 2
+
+
+def test_error_caught_by_script_is_still_recorded():
+    code = KILL_WORKER.replace("        for batch in DataLoader(D(), batch_size=2, num_workers=2):\n            pass",
+                               "        try:\n            list(DataLoader(D(), batch_size=2, num_workers=2))\n"
+                               "        except RuntimeError:\n            print('swallowed')")
+    r = run_isolated(code, timeout=60)
+    assert r.outcome == "ok" and "swallowed" in r.stdout
+    assert r.loader_errors and "exited unexpectedly" in r.loader_errors[0][0].message
+
+
+def test_nofile_is_seen_inside_the_run():
+    r = run_isolated("import resource, labutils\nlabutils.emit(lim=resource.getrlimit(resource.RLIMIT_NOFILE)[0])",
+                     nofile=64)
+    assert r.values["lim"] == 64
+
+
+def test_memory_budget_sigkills_a_hog():
+    hog = "import time\nblocks = []\nwhile True:\n    blocks.append(bytearray(20 * 2**20))\n    time.sleep(0.01)"
+    r = run_isolated(hog, memory_budget="200M", timeout=60)
+    assert r.outcome == "failed" and r.signal == 9
+    assert r.watchdog_kills and r.watchdog_kills[0]["main"]
+    assert r.watchdog_kills[0]["rss"] > 200 * 2**20
+
+
+def test_timeout_kills_the_whole_group_in_time():
+    code = textwrap.dedent("""
+        import multiprocessing as mp, time
+        def sleeper():
+            time.sleep(600)
+        if __name__ == "__main__":
+            procs = [mp.Process(target=sleeper) for _ in range(2)]
+            for p in procs:
+                p.start()
+            time.sleep(600)
+    """)
+    t0 = time.monotonic()
+    r = run_isolated(code, timeout=3)
+    assert time.monotonic() - t0 < 3 + 2
+    assert r.outcome == "timed_out" and "3 s" in r.reason
+    assert len(r.workers) == 2
+    assert r.stray_processes == []
+    assert "sleep" in r.stderr  # faulthandler's dump of the main process before the kill
+
+
+def test_shm_size_gives_a_private_dev_shm_or_says_unsupported():
+    r = run_isolated("import os, labutils\ns = os.statvfs('/dev/shm')\nlabutils.emit(size=s.f_blocks * s.f_frsize)",
+                     shm_size="8M")
+    if r.outcome == "unsupported":
+        assert "shm_size" in r.reason and r.returncode is None
+        pytest.skip(f"private /dev/shm not allowed here: {r.reason}")
+    assert r.outcome == "ok"
+    assert r.values["size"] == 8 * 2**20
+    assert os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize != 8 * 2**20
+
+
+def test_env_and_argv_reach_the_run(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import os, sys, labutils\nlabutils.emit(v=os.environ['LAB_X'], argv=sys.argv[1:])\n")
+    r = run_isolated(file=script, argv=["--epochs", "2"], env={"LAB_X": "42"})
+    assert r.values == {"v": "42", "argv": ["--epochs", "2"]}
+
+
+def test_notebook_main_hides_main_from_spawn_children():
+    code = textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+        class D(Dataset):
+            def __len__(self):
+                return 4
+            def __getitem__(self, i):
+                return i
+        for b in DataLoader(D(), num_workers=1):
+            pass
+    """)
+    r = run_isolated(code, notebook_main=True, start_method="spawn", timeout=60)
+    assert r.outcome == "failed"
+    assert "Can't get attribute 'D' on <module '__main__'" in r.stderr
+
+
+def test_func_mode_returns_value(tmp_path, monkeypatch):
+    (tmp_path / "labmod_demo.py").write_text("def f(a, b=1):\n    return {'sum': a + b}\n")
+    monkeypatch.chdir(tmp_path)
+    r = run_isolated(func="labmod_demo:f", args=[2], kwargs={"b": 5})
+    assert r.outcome == "ok" and r.value == {"sum": 7}
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({}, "exactly one"),
+    ({"code": "pass", "start_method": "thread"}, "start_method"),
+    ({"code": "pass", "timeout": -1}, "timeout"),
+    ({"code": "pass", "nofile": 3}, "nofile"),
+    ({"code": "pass", "memory_budget": "lots"}, "lots"),
+    ({"file": "/no/such/script.py"}, "does not exist"),
+    ({"func": lambda: 1}, "module-level"),
+])
+def test_bad_input_gets_a_clear_message(kwargs, words):
+    with pytest.raises((IsolationError, ValueError), match=words):
+        run_isolated(**kwargs)
+
+
+def test_mixed_crash_runs_leave_nothing_behind():
+    """A short soak (tests/soak_leaks.py runs the long one): SIGKILL, segfault, timeout, spawn."""
+    segv = KILL_WORKER.replace("os.kill(os.getpid(), signal.SIGKILL)", "import ctypes; ctypes.string_at(0)")
+    runs = [(KILL_WORKER, {}), (segv, {}), (KILL_WORKER, {"start_method": "spawn"}),
+            ("import time\ntime.sleep(60)", {"timeout": 1})]
+    for code, opts in runs:
+        r = run_isolated(code, **{"timeout": 60, **opts})
+        assert r.outcome in ("failed", "timed_out")
+        assert r.stray_processes == []
+    assert labutils.find_strays() == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/dev/shm segments are a Linux feature")
+def test_shm_segments_of_a_killed_run_are_removed():
+    # A run killed while it holds shared-memory tensors (file_system strategy keeps names in /dev/shm).
+    code = textwrap.dedent("""
+        import time, torch, torch.multiprocessing as mp
+        mp.set_sharing_strategy("file_system")
+        keep = [torch.ones(1000).share_memory_() for _ in range(3)]
+        print("shared", flush=True)
+        time.sleep(60)
+    """)
+    r = run_isolated(code, timeout=8)
+    assert r.outcome == "timed_out"
+    assert "shared" in r.stdout
+    assert r.shm_removed, "the run held torch segments; the runner should have removed them"
+    assert not [n for n in labutils.leftover_shm() if n in r.shm_removed]
