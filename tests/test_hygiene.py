@@ -1,0 +1,101 @@
+"""Repository rules that keep the lab usable: clean notebooks, one skeleton, bounded requirements, lint."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
+EXPECTED = ["00_start_here", "01_read_the_error", "02_spawn_and_pickling", "03_corrupt_data",
+            "04_memory_and_oom", "05_shared_memory", "06_file_descriptors", "07_hangs_and_timeouts"]
+SKELETON = ["## Setup", "## Reproduce", "## Read the evidence", "## Fix", "## Verify", "## Summary",
+            "## Exercises"]
+
+
+def cells(path: Path) -> list:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def test_every_planned_notebook_exists():
+    assert [p.stem for p in NOTEBOOKS] == EXPECTED
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
+def test_notebook_is_stored_without_outputs(path):
+    for i, cell in enumerate(cells(path)):
+        if cell["cell_type"] == "code":
+            assert not cell.get("outputs"), f"{path.name} cell {i} carries outputs: strip them"
+            assert cell.get("execution_count") is None, f"{path.name} cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
+def test_notebook_code_follows_house_rules(path):
+    for i, cell in enumerate(cells(path)):
+        if cell["cell_type"] != "code":
+            continue
+        text = source(cell)
+        assert "sys.path" not in text, f"{path.name} cell {i}: import labutils as a package, no sys.path"
+        assert not text.rstrip().endswith(";"), f"{path.name} cell {i} ends with ';'"
+        for line in text.splitlines():
+            if "NBVAL_" in line and line.lstrip().startswith("#"):
+                assert re.fullmatch(r"\s*# NBVAL_[A-Z_]+", line), (
+                    f"{path.name} cell {i}: nbval marker must stand alone on its line: {line!r}")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_follows_the_skeleton(path):
+    headings = [ln.strip() for c in cells(path) if c["cell_type"] == "markdown"
+                for ln in source(c).splitlines() if ln.startswith("## ")]
+    found = [h for h in headings if any(h.startswith(s) for s in SKELETON)]
+    order = [next(s for s in SKELETON if h.startswith(s)) for h in found]
+    missing = [s for s in SKELETON if s not in order]
+    assert not missing, f"{path.name} lacks sections {missing}"
+    firsts = [order.index(s) for s in SKELETON]
+    assert firsts == sorted(firsts), f"{path.name}: sections out of order: {order}"
+    assert source(cells(path)[0]).startswith("# "), f"{path.name} must open with a title cell"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercises_have_a_solutions_notebook(path):
+    sol = ROOT / "notebooks" / "solutions" / f"{path.stem}_solutions.ipynb"
+    assert sol.exists(), f"{path.name} has exercises; write {sol.relative_to(ROOT)}"
+
+
+def test_requirements_are_bounded_and_explained():
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    assert lines[-1].strip() == "-e .", "requirements.txt ends with -e . (labutils, data_gen)"
+    for i, line in enumerate(lines):
+        if not line.strip() or line.startswith("#") or line.strip() == "-e .":
+            continue
+        assert re.search(r"(==|<=|<|~=)", line), f"requirements.txt: {line!r} needs an upper bound"
+        assert lines[i - 1].startswith("#"), f"requirements.txt: {line!r} needs a comment saying who needs it"
+    torch = next(ln for ln in lines if ln.startswith("torch"))
+    assert torch.startswith("torch==2.13."), "torch stays pinned to the local CPU wheel's release"
+
+
+def test_readme_has_the_two_commands():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "pip install -r requirements.txt" in readme and "jupyter lab" in readme
+    assert "\npytest\n" in readme
+    assert "python -m labutils tour" in readme
+
+
+def test_ruff_is_clean():
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    if not Path(ruff).exists():
+        pytest.skip("ruff is not installed in this environment (it is in requirements.txt)")
+    done = subprocess.run([ruff, "check", "--no-cache", str(ROOT)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,50 @@
+"""The %%isolate magic, driven through a real (headless) IPython shell."""
+
+from __future__ import annotations
+
+import pytest
+
+IPython = pytest.importorskip("IPython")
+
+
+@pytest.fixture(scope="module")
+def shell():
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "labutils")
+    return ip
+
+
+def test_isolate_stores_the_result(shell):
+    shell.run_cell_magic("isolate", "-o res -q --timeout 60", "import labutils\nlabutils.emit(x=41 + 1)\n")
+    res = shell.user_ns["res"]
+    assert res.outcome == "ok" and res.values == {"x": 42}
+
+
+def test_isolate_passes_limits(shell):
+    shell.run_cell_magic("isolate", "-o lim -q --nofile 70 --env LAB_Y=7",
+                         "import os, resource, labutils\n"
+                         "labutils.emit(n=resource.getrlimit(resource.RLIMIT_NOFILE)[0], y=os.environ['LAB_Y'])\n")
+    assert shell.user_ns["lim"].values == {"n": 70, "y": "7"}
+
+
+def test_a_crash_in_the_cell_leaves_the_kernel_alive(shell):
+    shell.run_cell_magic("isolate", "-o crash -q", "import ctypes\nctypes.string_at(0)\n")
+    crash = shell.user_ns["crash"]
+    assert crash.outcome == "failed" and crash.signal == 11
+    shell.run_cell("after = 1 + 1")
+    assert shell.user_ns["after"] == 2
+
+
+@pytest.mark.parametrize("line, words", [
+    ("--start-method thread", "invalid choice"),
+    ("--timeout soon", "invalid float"),
+    ("--env NOEQUALS", "KEY=VALUE"),
+    ("-o 1bad", "not a valid Python name"),
+])
+def test_bad_options_raise_a_usage_error(shell, line, words):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=words):
+        shell.run_cell_magic("isolate", line, "pass\n")
