@@ -81,7 +81,10 @@ def test_requirements_are_bounded_and_explained():
         if not line.strip() or line.startswith("#") or line.strip() == "-e .":
             continue
         assert re.search(r"(==|<=|<|~=)", line), f"requirements.txt: {line!r} needs an upper bound"
-        assert lines[i - 1].startswith("#"), f"requirements.txt: {line!r} needs a comment saying who needs it"
+        j = i - 1
+        while j >= 0 and lines[j].strip() and not lines[j].startswith("#"):
+            j -= 1  # a block of requirements shares the comment above it
+        assert j >= 0 and lines[j].startswith("#"), f"requirements.txt: {line!r} needs a comment saying who needs it"
     torch = next(ln for ln in lines if ln.startswith("torch"))
     assert torch.startswith("torch==2.13."), "torch stays pinned to the local CPU wheel's release"
 
