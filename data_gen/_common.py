@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -22,6 +22,13 @@ def check_n(n: int) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a whole number of at least 1, got {n!r}: ask for 1 or more files")
     return int(n)
+
+
+def check_seed(seed: int) -> int:
+    """Return ``seed`` as an int, or raise ``ValueError`` when it is not a non-negative whole number."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
+    return int(seed)
 
 
 def check_fraction(fraction: float) -> float:
@@ -47,9 +54,7 @@ def check_kinds(kinds: Iterable[str] | None, allowed: Sequence[str], what: str) 
     chosen: list[str] = []
     for kind in kinds:
         if kind not in allowed:
-            raise ValueError(
-                f"unknown corrupt kind {kind!r} for {what}: choose from {', '.join(allowed)}"
-            )
+            raise ValueError(f"unknown corrupt kind {kind!r} for {what}: choose from {', '.join(allowed)}")
         if kind not in chosen:
             chosen.append(kind)
     return tuple(chosen)
@@ -60,9 +65,7 @@ def corrupt_count(n: int, fraction: float) -> int:
     return min(n, int(math.floor(n * fraction + 0.5)))
 
 
-def assign_kinds(
-    rng: np.random.Generator, n: int, fraction: float, kinds: Sequence[str]
-) -> dict[int, str]:
+def assign_kinds(rng: np.random.Generator, n: int, fraction: float, kinds: Sequence[str]) -> dict[int, str]:
     """Pick which files are corrupt and with which kind, deterministically from ``rng``.
 
     The kinds are spread evenly over the corrupt files (their counts differ by at most one), so
@@ -76,6 +79,15 @@ def assign_kinds(
     return {int(indices[j]): kinds[int(order[j]) % len(kinds)] for j in range(k)}
 
 
+def _check_parents(path: Path) -> None:
+    """Raise ``NotADirectoryError`` when an existing ancestor of ``path`` is a file, not a folder."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, f"{parent} is a file, not a folder", str(path))
+            return
+
+
 def prepare_dir(root: str | Path, overwrite: bool) -> Path:
     """Create the output folder, or make room in it; return it as a ``Path``.
 
@@ -84,13 +96,13 @@ def prepare_dir(root: str | Path, overwrite: bool) -> Path:
     (with the manifest and any folders left empty); files data_gen did not write are left alone.
     """
     root = Path(root)
+    _check_parents(root)
     if root.exists() and not root.is_dir():
         raise OutputExistsError(f"{root} exists and is not a folder: choose a folder path for the output")
     if root.is_dir() and any(root.iterdir()):
         if not overwrite:
             raise OutputExistsError(
-                f"output folder {root} is not empty: choose a new folder, or overwrite "
-                "(overwrite=True, CLI --force)"
+                f"output folder {root} is not empty: choose a new folder, or overwrite (overwrite=True, CLI --force)"
             )
         _remove_previous(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -120,6 +132,7 @@ def _remove_previous(root: Path) -> None:
 def prepare_file(path: str | Path, overwrite: bool) -> Path:
     """Create the parent folder of an output file; refuse an existing file unless ``overwrite``."""
     path = Path(path)
+    _check_parents(path)
     if path.is_dir():
         raise OutputExistsError(f"{path} is a folder: give a file path for the output")
     if path.exists() and not overwrite:
@@ -131,9 +144,3 @@ def prepare_file(path: str | Path, overwrite: bool) -> Path:
     if overwrite and side.exists():
         side.unlink()
     return path
-
-
-def remove_tree_if_empty(root: Path) -> None:
-    """Remove ``root`` when a failed run left it empty (used on error paths only)."""
-    if root.is_dir() and not any(root.iterdir()):
-        shutil.rmtree(root, ignore_errors=True)
