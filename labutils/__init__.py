@@ -1,11 +1,52 @@
-"""DataLoader Crash Lab helpers: isolated runs, diagnosis, preflight checks and reusable fixes."""
+"""DataLoader Crash Lab helpers: isolated runs, diagnosis, preflight checks and reusable fixes.
+
+The public API, by job:
+
+* run learner code isolated: :func:`run_isolated`, the ``%%isolate`` magic (``%load_ext labutils``),
+  :func:`emit`, :class:`RunResult`; leak checks :func:`find_strays`, :func:`leftover_shm`;
+* name the cause: :func:`explain` -> :class:`Diagnosis`;
+* check the machine: :func:`doctor`, :func:`shm_budget`;
+* find what blocks pickling: :func:`find_unpicklable`;
+* reusable fixes: :mod:`labutils.fixes`;
+* the interactive lab: :func:`lab`.
+
+Heavy or optional parts (torch, ipywidgets) are imported only when used, so that ``import labutils``
+stays cheap inside an isolated run.
+"""
 
 from .channel import emit
+from .diagnose import Diagnosis, Fix, explain
+from .doctor import CheckResult, DoctorReport, doctor, shm_budget
+from .fixes import (
+    LazyFile,
+    PerWorkerResource,
+    QuarantineDataset,
+    QuarantineReport,
+    ResilientLoader,
+    Skipped,
+    collate_skip,
+    lazy_open,
+    make_worker_init,
+    worker_init_seed_and_faulthandler,
+)
 from .isolate import IsolationError, find_strays, leftover_shm, private_shm_support, run_isolated
+from .pickling import Blocker, find_unpicklable, format_blockers
 from .result import ExceptionInfo, ProcessInfo, RunResult
 
-__all__ = ["emit", "IsolationError", "find_strays", "leftover_shm", "ExceptionInfo", "ProcessInfo", "RunResult", "private_shm_support",
-           "run_isolated"]
+__all__ = [
+    "Blocker", "CheckResult", "Diagnosis", "DoctorReport", "ExceptionInfo", "Fix", "IsolationError",
+    "LazyFile", "PerWorkerResource", "ProcessInfo", "QuarantineDataset", "QuarantineReport",
+    "ResilientLoader", "RunResult", "Skipped", "collate_skip", "doctor", "emit", "explain", "find_strays",
+    "find_unpicklable", "format_blockers", "lab", "lazy_open", "leftover_shm", "make_worker_init",
+    "private_shm_support", "run_isolated", "shm_budget", "worker_init_seed_and_faulthandler",
+]
+
+
+def lab(scenario: str = "worker_exception", which: str = "broken"):
+    """The interactive lab (ipywidgets): pick a scenario, set limits, run it isolated, read the card."""
+    from .lab import lab as _lab
+
+    return _lab(scenario, which)
 
 
 def load_ipython_extension(ipython) -> None:
