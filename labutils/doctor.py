@@ -1,0 +1,666 @@
+"""Preflight of this machine for multi-process data loading: ``labutils.doctor()`` / ``labutils doctor``.
+
+Each check is one :class:`CheckResult` with a status (``OK``, ``WARN``, ``FAIL``), what was measured and
+what to do about it. Nothing here changes the process: the start method is read without fixing the
+default context, CUDA is inspected without being initialised, and no worker is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Sequence
+
+from ._sizes import format_size, parse_size
+from .pickling import main_is_importable
+
+__all__ = ["CheckResult", "DoctorReport", "doctor", "doctor_main", "shm_budget"]
+
+GiB = 1024**3
+_RANK = {"OK": 0, "WARN": 1, "FAIL": 2}
+
+SHM_WARN_TOTAL = 1 * GiB  # below this /dev/shm is "small" (Docker's default is 64 MiB)
+NOFILE_WARN_SOFT = 4096
+MEM_WARN_AVAILABLE = 2 * GiB
+SHM_PATH = "/dev/shm"
+
+
+@dataclass
+class CheckResult:
+    """One line of the doctor's report.
+
+    Attributes:
+        name: short id of the check (``shm``, ``nofile``, ...).
+        status: ``"OK"``, ``"WARN"`` or ``"FAIL"``.
+        detail: what was measured.
+        advice: what to do (empty when there is nothing to do).
+        data: the measured numbers, for programs (bytes, counts).
+    """
+
+    name: str
+    status: str
+    detail: str
+    advice: str = ""
+    data: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in _RANK:
+            raise ValueError(f"status must be one of OK, WARN, FAIL, not {self.status!r}")
+
+    def __str__(self) -> str:
+        line = f"{self.status:<4} {self.name:<15} {self.detail}"
+        return f"{line}\n{'':<20}-> {self.advice}" if self.advice else line
+
+
+@dataclass
+class DoctorReport:
+    """All checks of one :func:`doctor` run: ``.checks``, ``.ok`` (no FAIL), ``.worst``, ``to_dict()``."""
+
+    checks: list
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "FAIL" for c in self.checks)
+
+    @property
+    def worst(self) -> str:
+        return max((c.status for c in self.checks), key=_RANK.__getitem__, default="OK")
+
+    def __getitem__(self, name: str) -> CheckResult:
+        for check in self.checks:
+            if check.name == name:
+                return check
+        raise KeyError(f"no check named {name!r}; checks: {', '.join(c.name for c in self.checks)}")
+
+    def __contains__(self, name: object) -> bool:
+        return any(c.name == name for c in self.checks)
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "worst": self.worst,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+    def __str__(self) -> str:
+        lines = [str(c) for c in self.checks]
+        lines.append(f"-- worst: {self.worst} ({len(self.checks)} checks in {self.elapsed_s:.2f} s)")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        colors = {"OK": "#1a7f37", "WARN": "#9a6700", "FAIL": "#cf222e"}
+        rows = []
+        for c in self.checks:
+            advice = f"<br><i>{html.escape(c.advice)}</i>" if c.advice else ""
+            rows.append(
+                f"<tr><td style='color:{colors[c.status]};font-weight:bold'>{c.status}</td>"
+                f"<td><code>{html.escape(c.name)}</code></td>"
+                f"<td style='text-align:left'>{html.escape(c.detail)}{advice}</td></tr>"
+            )
+        return (
+            "<table><thead><tr><th>status</th><th>check</th><th style='text-align:left'>detail</th></tr>"
+            f"</thead><tbody>{''.join(rows)}</tbody></table>"
+            f"<p>worst: <b>{self.worst}</b>, {len(self.checks)} checks in {self.elapsed_s:.2f} s</p>"
+        )
+
+
+# ------------------------------------------------------------------------------------------------ probes
+# Small functions so tests can replace one measurement without touching the machine.
+
+
+def _shm_probe(path: str = SHM_PATH) -> Optional[tuple]:
+    """(total_bytes, free_bytes) of the filesystem at ``path``; None when it does not exist."""
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):
+        return None
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _cgroup_paths() -> dict:
+    """controller -> cgroup path of this process, from /proc/self/cgroup ("" is the v2 unified one)."""
+    text = _read("/proc/self/cgroup") or ""
+    paths = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in parts[1].split(",") if parts[1] else [""]:
+                paths[controller] = parts[2]
+    return paths
+
+
+def _cgroup_file(controller_dir: str, own: Optional[str], name: str) -> Optional[str]:
+    candidates = []
+    if own and own != "/":
+        candidates.append(os.path.join(controller_dir, own.lstrip("/"), name))
+    candidates.append(os.path.join(controller_dir, name))
+    for path in candidates:
+        text = _read(path)
+        if text is not None:
+            return text
+    return None
+
+
+def _cgroup_memory() -> tuple:
+    """(limit_bytes or None, usage_bytes or None, "v1"/"v2"/None) of this process's memory cgroup."""
+    paths = _cgroup_paths()
+    limit = _cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.max")
+    if limit is not None:
+        usage = _cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.current")
+        return (None if limit == "max" else int(limit)), (int(usage) if usage else None), "v2"
+    limit = _cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.limit_in_bytes")
+    if limit is not None:
+        usage = _cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.usage_in_bytes")
+        value = int(limit)
+        return (None if value >= 2**60 else value), (int(usage) if usage else None), "v1"
+    return None, None, None
+
+
+def _cgroup_cpus() -> Optional[float]:
+    """CPU quota of the cgroup in CPUs (v2 cpu.max or v1 cfs quota/period); None when unlimited."""
+    paths = _cgroup_paths()
+    text = _cgroup_file("/sys/fs/cgroup", paths.get(""), "cpu.max")
+    if text:
+        quota, _, period = text.partition(" ")
+        if quota != "max" and period:
+            return int(quota) / int(period)
+        return None
+    quota = _cgroup_file("/sys/fs/cgroup/cpu", paths.get("cpu"), "cpu.cfs_quota_us")
+    period = _cgroup_file("/sys/fs/cgroup/cpu", paths.get("cpu"), "cpu.cfs_period_us")
+    if quota and period and int(quota) > 0:
+        return int(quota) / int(period)
+    return None
+
+
+def _cpu_count() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _open_fds() -> Optional[int]:
+    for d in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(d)) - 1  # listdir's own descriptor
+        except OSError:
+            continue
+    try:
+        import psutil
+
+        return psutil.Process().num_fds()
+    except Exception:  # noqa: BLE001 - optional probe
+        return None
+
+
+def _default_start_method() -> str:
+    """The start method a DataLoader gets when none is set, without fixing the default context."""
+    current = multiprocessing.get_start_method(allow_none=True)
+    if current:
+        return current
+    try:  # the name the default context would use (private, so guarded)
+        from multiprocessing import context
+
+        return context._default_context._default_context._name  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001
+        if sys.platform in ("darwin", "win32"):
+            return "spawn"
+        return "forkserver" if sys.version_info >= (3, 14) else "fork"
+
+
+# ------------------------------------------------------------------------------------------------ checks
+
+
+def _check_python() -> CheckResult:
+    v = sys.version_info
+    detail = f"Python {platform.python_version()} ({platform.python_implementation()}) on {sys.platform}"
+    if v < (3, 9):
+        return CheckResult("python", "WARN", detail, "this lab is tested with Python >= 3.9")
+    return CheckResult("python", "OK", detail, data={"version": platform.python_version()})
+
+
+@dataclass
+class _TorchInfo:
+    module: Any = None  # the torch module when it is imported in this process
+    version: Optional[str] = None
+    cuda: Optional[str] = None
+    location: Optional[str] = None
+    error: Optional[str] = None
+    import_s: float = 0.0
+
+
+def _read_torch_version_file(package_dir: str) -> dict:
+    """The literal assignments of torch/version.py (``__version__``, ``cuda``), read without importing."""
+    import ast
+
+    values: dict = {}
+    try:
+        with open(os.path.join(package_dir, "version.py")) as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return values
+    for node in tree.body:
+        target = value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        if isinstance(target, ast.Name):
+            try:
+                values[target.id] = ast.literal_eval(value)
+            except ValueError:
+                pass
+    return values
+
+
+def _torch_info(import_torch: bool) -> _TorchInfo:
+    """Describe torch without importing it (importing costs 1-5 s) unless asked to or already imported."""
+    if "torch" not in sys.modules and import_torch:
+        t0 = time.perf_counter()
+        try:
+            import torch  # noqa: F401
+        except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install raising anything
+            return _TorchInfo(error=f"{type(exc).__name__}: {exc}", import_s=time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+    else:
+        seconds = 0.0
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        version = getattr(torch, "__version__", None)
+        cuda = getattr(getattr(torch, "version", None), "cuda", None)
+        return _TorchInfo(torch, str(version), cuda, getattr(torch, "__file__", None), import_s=seconds)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError) as exc:
+        return _TorchInfo(error=f"{type(exc).__name__}: {exc}")
+    if spec is None or not spec.submodule_search_locations:
+        return _TorchInfo(error="No module named 'torch'")
+    package_dir = list(spec.submodule_search_locations)[0]
+    values = _read_torch_version_file(package_dir)
+    return _TorchInfo(None, values.get("__version__"), values.get("cuda"), package_dir)
+
+
+def _check_torch(info: _TorchInfo) -> CheckResult:
+    if info.error is not None:
+        return CheckResult(
+            "torch", "FAIL", f"cannot import torch ({info.error})",
+            "install it: pip install -r requirements.txt (or the wheel for your platform from pytorch.org)",
+        )
+    build = f"CUDA {info.cuda}" if info.cuda else "CPU-only build"
+    if info.module is None:
+        how = "not imported here; read from its version.py"
+    elif info.import_s:
+        how = f"imported in {info.import_s:.1f} s"
+    else:
+        how = "already imported"
+    data = {"version": info.version, "cuda": info.cuda, "imported": info.module is not None}
+    if info.version is None:
+        return CheckResult("torch", "WARN", f"torch installed at {info.location} but its version is unknown "
+                           f"({how})", "reinstall torch: pip install -r requirements.txt", data=data)
+    return CheckResult("torch", "OK", f"torch {info.version} ({build}; {how})", data=data)
+
+
+_MEANING = {
+    "fork": "workers are forked: the dataset is inherited (copy-on-write), nothing is pickled",
+    "spawn": "workers start a fresh interpreter: dataset, collate_fn and worker_init_fn are pickled and "
+             "their classes re-imported",
+    "forkserver": "workers fork from a clean server process: dataset, collate_fn and worker_init_fn are "
+                  "pickled and their classes re-imported",
+}
+
+
+def _check_start_method(planned: Optional[str]) -> CheckResult:
+    default = _default_start_method()
+    available = multiprocessing.get_all_start_methods()
+    method = planned or default
+    if method not in available:
+        return CheckResult(
+            "start_method", "FAIL", f"start method {method!r} is not available here (available: "
+            f"{', '.join(available)})", f"use one of: {', '.join(available)}",
+            data={"default": default, "planned": planned, "available": available},
+        )
+    why = {
+        "fork": "the Linux default up to Python 3.13",
+        "forkserver": "the Linux default from Python 3.14",
+        "spawn": "the macOS and Windows default",
+    }.get(default, "")
+    source = f"planned {method}; default here is {default}" if planned else f"{default} ({why})"
+    return CheckResult("start_method", "OK", f"{source}: {_MEANING.get(method, '')}",
+                       data={"default": default, "planned": planned, "effective": method})
+
+
+def _check_main(method: str) -> CheckResult:
+    importable = main_is_importable()
+    data = {"importable": importable, "start_method": method}
+    if importable:
+        return CheckResult("main_importable", "OK", "__main__ is a file: workers can import its classes",
+                           data=data)
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    what = f"__main__ is {main_file!r}, not a readable file" if main_file else (
+        "__main__ has no file (notebook, `python -c` or stdin)")
+    if method == "fork":
+        return CheckResult("main_importable", "OK", f"{what}; fine with fork, nothing is re-imported",
+                           data=data)
+    return CheckResult(
+        "main_importable", "WARN",
+        f"{what}: {method} workers cannot import a Dataset, collate_fn or worker_init_fn defined here",
+        "move them into a .py module and import it (labutils.run_isolated does this for a cell)",
+        data=data,
+    )
+
+
+def _check_shm(probe: Optional[tuple]) -> CheckResult:
+    if sys.platform == "darwin":
+        return CheckResult("shm", "OK", "macOS has no /dev/shm: POSIX shared memory has no fixed-size tmpfs")
+    if sys.platform == "win32":
+        return CheckResult("shm", "OK", "Windows has no /dev/shm: tensors are shared through file mappings")
+    if probe is None:
+        return CheckResult(
+            "shm", "FAIL", f"{SHM_PATH} is missing: workers cannot hand tensors to the main process",
+            "mount a tmpfs there (`mount -t tmpfs -o size=2g tmpfs /dev/shm`), or in Docker run with "
+            "--shm-size=2g or --ipc=host",
+        )
+    total, free = probe
+    data = {"total_bytes": total, "free_bytes": free}
+    detail = f"{SHM_PATH}: {format_size(total)} total, {format_size(free)} free"
+    if total < SHM_WARN_TOTAL:
+        return CheckResult(
+            "shm", "WARN", f"{detail} (small: Docker's default is 64 MiB)",
+            "give it more: docker run --shm-size=2g (or --ipc=host), Kubernetes: an emptyDir with "
+            "medium: Memory on /dev/shm; or use smaller batches / fewer workers / prefetch_factor",
+            data=data,
+        )
+    return CheckResult("shm", "OK", detail, data=data)
+
+
+def shm_budget(
+    batch_bytes: int | str,
+    prefetch_factor: int = 2,
+    num_workers: int = 1,
+    free_shm: int | str | None = None,
+) -> CheckResult:
+    """Compare the shared memory a loader holds in flight with the free space of /dev/shm.
+
+    Each worker keeps up to ``prefetch_factor`` finished batches waiting for the main process, and every
+    tensor of a finished batch lives in a shared-memory segment (``/dev/shm/torch_*``) until the main
+    process has consumed it. So the loader holds about
+    ``batch_bytes x prefetch_factor x num_workers`` bytes of /dev/shm at once (plus the batch being
+    used, and more if the training loop keeps old batches alive). FAIL when that estimate exceeds the
+    free space, WARN above half of it.
+
+    Args:
+        batch_bytes: bytes of tensors in one collated batch (an int or a size like ``"12M"``).
+        prefetch_factor: DataLoader's prefetch_factor (2 by default).
+        num_workers: DataLoader's num_workers; 0 uses no shared memory.
+        free_shm: free bytes of /dev/shm; measured when None.
+
+    Returns:
+        A :class:`CheckResult` named ``shm_budget`` whose ``data`` holds ``estimate_bytes``,
+        ``free_bytes`` and ``fraction``.
+    """
+    batch = parse_size(batch_bytes)
+    if prefetch_factor < 1:
+        raise ValueError(f"prefetch_factor must be >= 1, not {prefetch_factor}")
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, not {num_workers}")
+    if free_shm is None:
+        probe = _shm_probe()
+        if probe is None:
+            return CheckResult("shm_budget", "WARN", f"cannot measure {SHM_PATH} (missing or not Linux)",
+                               "check the shm line above", data={"estimate_bytes": None})
+        free = probe[1]
+    else:
+        free = parse_size(free_shm)
+    estimate = batch * prefetch_factor * num_workers
+    fraction = estimate / free if free else (None if estimate else 0.0)  # None: no free space at all
+    data = {"estimate_bytes": estimate, "free_bytes": free, "fraction": fraction,
+            "batch_bytes": batch, "prefetch_factor": prefetch_factor, "num_workers": num_workers}
+    if num_workers == 0:
+        return CheckResult("shm_budget", "OK", "num_workers=0: batches stay in this process, no shm used",
+                           data=data)
+    detail = (f"{format_size(batch)} per batch x prefetch_factor {prefetch_factor} x {num_workers} "
+              f"workers = {format_size(estimate)} in flight; {format_size(free)} free"
+              + (f" ({fraction:.0%})" if fraction is not None else ""))
+    advice = ("lower num_workers, prefetch_factor or the batch size, or give /dev/shm more room "
+              "(docker --shm-size, --ipc=host)")
+    if estimate > free:
+        return CheckResult("shm_budget", "FAIL", detail + ": workers will fail with 'unable to allocate "
+                           "shared memory' / No space left on device, or die of SIGBUS", advice, data=data)
+    if estimate > free / 2:
+        return CheckResult("shm_budget", "WARN", detail + ": little headroom if the loop keeps batches",
+                           advice, data=data)
+    return CheckResult("shm_budget", "OK", detail, data=data)
+
+
+def _check_nofile(num_workers: Optional[int]) -> CheckResult:
+    try:
+        import resource
+    except ImportError:
+        return CheckResult("nofile", "OK", "RLIMIT_NOFILE does not exist on this platform")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fds = _open_fds()
+    unlimited = resource.RLIM_INFINITY
+
+    def show(n: int) -> str:
+        return "unlimited" if n == unlimited else str(n)
+
+    data = {"soft": soft, "hard": hard, "open_fds": fds}
+    detail = f"RLIMIT_NOFILE soft {show(soft)}, hard {show(hard)}; {fds if fds is not None else '?'} open now"
+    advice = (
+        "raise the soft limit: `ulimit -n 65536` in the shell that starts Jupyter/Python, or "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard)) before creating the loader; or "
+        "torch.multiprocessing.set_sharing_strategy('file_system')"
+    )
+    if soft != unlimited and soft < NOFILE_WARN_SOFT:
+        return CheckResult("nofile", "WARN", detail + f" (below {NOFILE_WARN_SOFT}: the default "
+                           "file_descriptor sharing strategy keeps one fd per shared tensor)", advice, data=data)
+    if soft != unlimited and fds is not None and fds > soft / 2:
+        return CheckResult("nofile", "WARN", detail + " (more than half used)", advice, data=data)
+    return CheckResult("nofile", "OK", detail, data=data)
+
+
+def _check_memory() -> CheckResult:
+    total = available = None
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        total, available = vm.total, vm.available
+    except Exception:  # noqa: BLE001 - fall back to /proc/meminfo
+        info = {}
+        for line in (_read("/proc/meminfo") or "").splitlines():
+            key, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                info[key] = int(rest.split()[0]) * 1024
+        total, available = info.get("MemTotal"), info.get("MemAvailable")
+    limit, usage, version = _cgroup_memory()
+    data = {"total_bytes": total, "available_bytes": available, "cgroup": version,
+            "cgroup_limit_bytes": limit, "cgroup_usage_bytes": usage}
+    if total is None:
+        return CheckResult("memory", "OK", "memory size unknown (no psutil, no /proc/meminfo)", data=data)
+    detail = f"{format_size(total)} total, {format_size(available)} available"
+    effective = available
+    if limit is not None:
+        room = limit - (usage or 0)
+        detail += f"; cgroup {version} limit {format_size(limit)}, {format_size(max(room, 0))} left"
+        effective = min(available, max(room, 0))
+    else:
+        detail += f"; no cgroup memory limit{f' ({version})' if version else ''}"
+    data["effective_available_bytes"] = effective
+    if effective < MEM_WARN_AVAILABLE:
+        return CheckResult(
+            "memory", "WARN", detail + " (little room: each worker can grow to a full copy of a "
+            "Python-object dataset, and the OOM killer sends SIGKILL)",
+            "fewer workers; keep the dataset in numpy/arrow buffers instead of lists of Python objects",
+            data=data,
+        )
+    return CheckResult("memory", "OK", detail, data=data)
+
+
+def _check_cpus(num_workers: Optional[int]) -> CheckResult:
+    cpus = _cpu_count()
+    quota = _cgroup_cpus()
+    usable = min(cpus, max(1, int(quota))) if quota else cpus
+    data = {"cpus": cpus, "cgroup_quota": quota, "usable": usable, "num_workers": num_workers}
+    detail = f"{cpus} CPUs usable by this process" + (f", cgroup quota {quota:g}" if quota else "")
+    if num_workers is None:
+        return CheckResult("cpus", "OK", detail + f"; num_workers up to {usable} keeps one worker per CPU",
+                           data=data)
+    if num_workers > usable:
+        return CheckResult(
+            "cpus", "WARN", detail + f"; num_workers={num_workers} is more than that: workers will "
+            "compete with each other and the training loop",
+            f"use num_workers <= {usable} (measure throughput for a few values)", data=data,
+        )
+    return CheckResult("cpus", "OK", detail + f"; num_workers={num_workers} fits", data=data)
+
+
+def _check_cuda(info: _TorchInfo, method: str) -> CheckResult:
+    if info.error is not None:
+        return CheckResult("cuda", "OK", "torch not importable: CUDA not checked")
+    built = info.cuda
+    cuda = getattr(info.module, "cuda", None)  # None when torch is not imported: CUDA cannot be initialised
+    initialised = bool(cuda is not None and cuda.is_initialized())
+    data = {"built_with_cuda": built, "initialized": initialised}
+    if initialised and method == "fork":
+        return CheckResult(
+            "cuda", "WARN", "CUDA is already initialised in this process and workers are forked: a worker "
+            "that touches CUDA fails ('Cannot re-initialize CUDA in forked subprocess')",
+            "keep CUDA out of Dataset/collate (move to the GPU in the training loop), or use "
+            "multiprocessing_context='spawn'", data=data,
+        )
+    if not built:
+        return CheckResult("cuda", "OK", "CPU-only torch build: no CUDA; pin_memory has nothing to pin for",
+                           data=data)
+    state = "initialised" if initialised else "not initialised"
+    return CheckResult("cuda", "OK", f"built with CUDA {built}; CUDA {state} in this process", data=data)
+
+
+def doctor(
+    num_workers: Optional[int] = None,
+    batch_bytes: int | str | None = None,
+    prefetch_factor: int = 2,
+    start_method: Optional[str] = None,
+    *,
+    import_torch: bool = False,
+) -> DoctorReport:
+    """Check this machine and process for multi-process data loading.
+
+    Checks: python, torch (version and CUDA build, read from its files unless torch is already
+    imported or ``import_torch`` is True: importing costs 1.2-5 s here), start_method (default and
+    what it means), main_importable (can spawn/forkserver children import ``__main__``?), shm (/dev/shm
+    size and free space), shm_budget (only with ``batch_bytes``: see :func:`shm_budget`), nofile
+    (RLIMIT_NOFILE and open fds), memory (available, cgroup v1/v2 limit), cpus (affinity and cgroup
+    quota versus ``num_workers``), cuda (build, and whether CUDA is initialised before forking).
+
+    Args:
+        num_workers: the planned DataLoader num_workers (for the cpus and shm_budget checks).
+        batch_bytes: bytes of one collated batch, int or size string like ``"12M"``.
+        prefetch_factor: the planned prefetch_factor.
+        start_method: the planned multiprocessing context (``fork``, ``spawn``, ``forkserver``); the
+            platform default when None.
+        import_torch: import torch to prove the install works (slow) instead of reading its version file.
+
+    Returns:
+        A :class:`DoctorReport`; ``report.ok`` is False when any check FAILs.
+    """
+    t0 = time.perf_counter()
+    torch = _torch_info(import_torch)
+    method = start_method or _default_start_method()
+    shm = _shm_probe() if sys.platform not in ("darwin", "win32") else None
+    checks = [
+        _check_python(),
+        _check_torch(torch),
+        _check_start_method(start_method),
+        _check_main(method),
+        _check_shm(shm),
+    ]
+    if batch_bytes is not None:
+        workers = num_workers if num_workers is not None else _cpu_count()
+        budget = shm_budget(batch_bytes, prefetch_factor, workers, shm[1] if shm else None)
+        if num_workers is None:
+            budget.detail += f" (num_workers not given: assumed {workers}, one per CPU)"
+        checks.append(budget)
+    checks += [_check_nofile(num_workers), _check_memory(), _check_cpus(num_workers),
+               _check_cuda(torch, method)]
+    return DoctorReport(checks, time.perf_counter() - t0)
+
+
+# -------------------------------------------------------------------------------------------------- CLI
+
+
+def _size_arg(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _int_arg(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="labutils doctor",
+        description="Preflight of this machine for PyTorch DataLoader workers. Exit code 0 when no check "
+                    "FAILs, 1 when one does, 2 for a bad option.",
+    )
+    p.add_argument("--num-workers", type=_int_arg(0), metavar="N", help="planned DataLoader num_workers")
+    p.add_argument("--batch-bytes", type=_size_arg, metavar="B",
+                   help="bytes of one collated batch, e.g. 12M or 3145728 (K/M/G are 1024-based)")
+    p.add_argument("--prefetch-factor", type=_int_arg(1), default=2, metavar="P",
+                   help="planned prefetch_factor (default 2)")
+    p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"], metavar="M",
+                   help="planned start method: fork, spawn or forkserver (default: the platform's)")
+    p.add_argument("--import-torch", action="store_true",
+                   help="import torch to prove it works (1-5 s) instead of reading its version file")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def doctor_main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``doctor`` command: print the report; return 0 (no FAIL), 1 (a FAIL) or 2 (bad option)."""
+    try:
+        args = _parser().parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:  # argparse already printed usage and the reason to stderr
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    report = doctor(num_workers=args.num_workers, batch_bytes=args.batch_bytes,
+                    prefetch_factor=args.prefetch_factor, start_method=args.start_method,
+                    import_torch=args.import_torch)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(doctor_main())

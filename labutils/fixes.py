@@ -1,0 +1,631 @@
+"""Reusable fixes for DataLoader worker failures, each the correct version of a common "production" trick.
+
+- :class:`LazyFile` / :func:`lazy_open` and :class:`PerWorkerResource`: handles opened lazily in the
+  process that uses them, so a dataset pickles under spawn/forkserver and forked workers never share a
+  parent's file offset or database connection.
+- :class:`QuarantineDataset`, :func:`collate_skip`, :class:`QuarantineReport`: bad samples are recorded
+  (index, path, error) and dropped from the batch instead of crashing the epoch or being silently replaced
+  by zeros. The records travel inside the batch, because a worker's memory never reaches the main process.
+- :func:`worker_init_seed_and_faulthandler` and :func:`make_worker_init`: a ``worker_init_fn`` that seeds
+  and makes native crashes and hangs print the worker's Python stack.
+- :class:`ResilientLoader`: iterate, and when a worker dies, rebuild the loader and resume after the last
+  delivered batch. Ordinary exceptions from ``__getitem__`` still propagate.
+
+Nothing here imports torch at module import time, so ``import labutils`` stays fast.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import random
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
+
+__all__ = [
+    "LazyFile",
+    "lazy_open",
+    "PerWorkerResource",
+    "Skipped",
+    "QuarantinedBatch",
+    "QuarantineDataset",
+    "collate_skip",
+    "QuarantineReport",
+    "worker_init_seed_and_faulthandler",
+    "make_worker_init",
+    "WorkerInit",
+    "pet_watchdog",
+    "is_worker_death",
+    "ResilientLoader",
+    "RestartEvent",
+]
+
+log = logging.getLogger(__name__)
+
+# Handles inherited from a parent through fork. They are kept referenced and never closed or flushed in
+# the child: closing would flush a parent's write buffer twice, and the shared file offset belongs to the
+# parent. Forked DataLoader workers leave through os._exit, so nothing is finalised at exit either.
+_INHERITED: list = []
+
+
+# ------------------------------------------------------------------------------------ lazy handles
+
+
+class PerWorkerResource:
+    """A resource built lazily, once per process, from a picklable ``factory``.
+
+    Pickling sends only the factory (so it must be picklable: a module-level function, a class, or a
+    ``functools.partial`` of one; not a lambda), never the resource. In every process, :meth:`get` builds
+    the resource on first use, and again after a fork (the pid changed), so forked workers never share
+    the parent's connection::
+
+        db = PerWorkerResource(functools.partial(sqlite3.connect, "data.db"))
+        db.get().execute("SELECT ...")   # in __getitem__, inside each worker
+
+    Args:
+        factory: called with no arguments to build the resource.
+        close: optional callable to release it (default: its ``close()`` method, if any) used by
+            :meth:`close`.
+    """
+
+    def __init__(self, factory: Callable[[], Any], close: Optional[Callable[[Any], Any]] = None) -> None:
+        if not callable(factory):
+            raise TypeError(f"factory must be callable, got {type(factory).__name__}")
+        self.factory = factory
+        self.closer = close
+        self._resource: Any = None
+        self._pid: Optional[int] = None
+
+    @property
+    def opened_pid(self) -> Optional[int]:
+        """The pid of the process that built the current resource (None before first use)."""
+        return self._pid
+
+    def get(self) -> Any:
+        """The resource for this process, built now if this process has none yet."""
+        pid = os.getpid()
+        if self._pid != pid:
+            if self._pid is not None and self._resource is not None:
+                _INHERITED.append(self._resource)  # the parent's: leave it alone
+            self._resource = self.factory()
+            self._pid = pid
+        return self._resource
+
+    __call__ = get
+
+    def close(self) -> None:
+        """Release the resource if this process built it (an inherited one is left to its owner)."""
+        resource, pid = self._resource, self._pid
+        self._resource, self._pid = None, None
+        if resource is None or pid != os.getpid():
+            return
+        if self.closer is not None:
+            self.closer(resource)
+        elif hasattr(resource, "close"):
+            resource.close()
+
+    def __getstate__(self) -> dict:
+        return {"factory": self.factory, "closer": self.closer}
+
+    def __setstate__(self, state: dict) -> None:
+        self.factory = state["factory"]
+        self.closer = state["closer"]
+        self._resource, self._pid = None, None
+
+    def __repr__(self) -> str:
+        state = f"open in pid {self._pid}" if self._pid is not None else "not opened"
+        return f"{type(self).__name__}({self.factory!r}, {state})"
+
+
+class _OpenFile:
+    """Picklable factory for :class:`LazyFile` (a module-level class, so spawn can import it)."""
+
+    def __init__(self, path: str, mode: str, kwargs: dict) -> None:
+        self.path, self.mode, self.kwargs = path, mode, kwargs
+
+    def __call__(self) -> Any:
+        return open(self.path, self.mode, **self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"open({self.path!r}, {self.mode!r})"
+
+
+class LazyFile(PerWorkerResource):
+    """A file that pickles as ``(path, mode)`` and is opened on first use in the process that uses it.
+
+    Use it like a file (``read``, ``seek``, ``readline``, iteration): attribute access opens it. After a
+    fork the child opens its own handle, so workers do not move each other's file offset, and under
+    spawn/forkserver the dataset pickles (an open file does not).
+    """
+
+    def __init__(self, path: str | os.PathLike, mode: str = "rb", **open_kwargs: Any) -> None:
+        if "w" in mode or "a" in mode or "x" in mode or "+" in mode:
+            raise ValueError(
+                f"LazyFile is for reading (mode {mode!r} would reopen and write from several processes); "
+                "write from one process, or give each worker its own file"
+            )
+        super().__init__(_OpenFile(os.fspath(path), mode, open_kwargs))
+
+    @property
+    def path(self) -> str:
+        return self.factory.path
+
+    @property
+    def mode(self) -> str:
+        return self.factory.mode
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("factory", "closer"):
+            raise AttributeError(name)
+        return getattr(self.get(), name)
+
+    def __iter__(self) -> Iterator:
+        return iter(self.get())
+
+    def __enter__(self) -> LazyFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"open in pid {self._pid}" if self._pid is not None else "not opened"
+        return f"LazyFile({self.path!r}, {self.mode!r}, {state})"
+
+
+def lazy_open(path: str | os.PathLike, mode: str = "rb", **open_kwargs: Any) -> LazyFile:
+    """Return a :class:`LazyFile`: ``open()`` deferred to the first use in each process."""
+    return LazyFile(path, mode, **open_kwargs)
+
+
+# ------------------------------------------------------------------------------------------ quarantine
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Marker returned by :class:`QuarantineDataset` in place of a sample that raised.
+
+    Attributes:
+        index: the dataset index that failed.
+        error_type: the exception's type name (``"UnidentifiedImageError"``).
+        message: the exception's message (at most 500 characters).
+        path: the sample's file, when the dataset was given ``path_of``.
+        worker_id: the DataLoader worker that hit it (None in the main process).
+    """
+
+    index: Any
+    error_type: str
+    message: str
+    path: Optional[str] = None
+    worker_id: Optional[int] = None
+
+    def __str__(self) -> str:
+        where = f" {self.path}" if self.path else ""
+        return f"index {self.index}{where}: {self.error_type}: {self.message}"
+
+
+class QuarantinedBatch(NamedTuple):
+    """What :func:`collate_skip` returns: the collated good samples and the skipped markers.
+
+    ``data`` is None when every sample of the batch was skipped. Unpack it (``data, skipped = batch``) or
+    give it to :meth:`QuarantineReport.add`, which records the skipped ones and returns ``data``.
+    """
+
+    data: Any
+    skipped: list
+
+
+def _worker_id() -> Optional[int]:
+    data = sys.modules.get("torch.utils.data")
+    info = data.get_worker_info() if data is not None else None
+    return info.id if info is not None else None
+
+
+class QuarantineDataset:
+    """Wrap a map-style dataset so a sample that raises becomes a :class:`Skipped` marker.
+
+    Instead of crashing the epoch (or returning zeros that silently train the model on garbage), the
+    failure is recorded with its index, path and error. Use with ``collate_fn=collate_skip`` so the
+    markers are dropped from the batch and travel with it to the main process, and count them with a
+    :class:`QuarantineReport`. ``self.skipped`` lists the markers made in *this* process only: with
+    ``num_workers > 0`` they are made in the workers, which is why they ride in the batch.
+
+    Args:
+        dataset: the dataset to protect (``__getitem__`` and ``__len__``).
+        catch: exception types to quarantine; others propagate (default: ``Exception``).
+        path_of: optional ``index -> path`` callable recorded with the failure (must be picklable for
+            spawn/forkserver).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        catch: type | tuple = (Exception,),
+        path_of: Optional[Callable[[Any], Any]] = None,
+    ) -> None:
+        self.dataset = dataset
+        self.catch = catch if isinstance(catch, tuple) else (catch,)
+        self.path_of = path_of
+        self.skipped: list = []
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, int):
+            n = len(self.dataset)
+            if not -n <= index < n:  # keep the IndexError that ends plain iteration
+                raise IndexError(f"index {index} out of range for a dataset of {n}")
+        try:
+            return self.dataset[index]
+        except self.catch as exc:
+            path = None
+            if self.path_of is not None:
+                try:
+                    path = str(self.path_of(index))
+                except Exception as path_exc:  # noqa: BLE001 - the path is extra information only
+                    path = f"<path_of failed: {type(path_exc).__name__}>"
+            marker = Skipped(index, type(exc).__name__, str(exc)[:500], path, _worker_id())
+            self.skipped.append(marker)
+            return marker
+
+
+def collate_skip(batch: Sequence[Any], collate_fn: Optional[Callable[[list], Any]] = None) -> QuarantinedBatch:
+    """Collate a batch from :class:`QuarantineDataset`, dropping :class:`Skipped` markers.
+
+    Returns ``QuarantinedBatch(data, skipped)``: ``data`` is ``collate_fn`` (default
+    ``torch.utils.data.default_collate``) of the good samples, or None when all were skipped; ``skipped``
+    lists the markers, so the main process learns about failures that happened in workers. Pass another
+    collate with ``functools.partial(collate_skip, collate_fn=my_collate)``.
+    """
+    if isinstance(batch, Skipped):  # batch_size=None: one sample per "batch"
+        return QuarantinedBatch(None, [batch])
+    good = [x for x in batch if not isinstance(x, Skipped)]
+    skipped = [x for x in batch if isinstance(x, Skipped)]
+    if not good:
+        return QuarantinedBatch(None, skipped)
+    if collate_fn is None:
+        from torch.utils.data import default_collate
+
+        collate_fn = default_collate
+    return QuarantinedBatch(collate_fn(good), skipped)
+
+
+class QuarantineReport:
+    """Accumulate skipped samples across an epoch from :func:`collate_skip` batches.
+
+    ::
+
+        report = QuarantineReport()
+        for batch in loader:
+            data = report.add(batch)
+            if data is None:
+                continue        # every sample of this batch was bad
+            ...
+        print(report)           # "2 samples skipped (OSError: 1, ValueError: 1)" and one line each
+    """
+
+    def __init__(self) -> None:
+        self.records: list = []
+        self.batches = 0
+        self.empty_batches = 0
+
+    def add(self, batch: Any) -> Any:
+        """Record the skipped samples of ``batch`` and return its data (None if all were skipped).
+
+        Accepts a :class:`QuarantinedBatch`, a lone :class:`Skipped`, or anything else (returned as is).
+        """
+        self.batches += 1
+        if isinstance(batch, Skipped):
+            self.records.append(batch)
+            self.empty_batches += 1
+            return None
+        if isinstance(batch, QuarantinedBatch):
+            self.records.extend(batch.skipped)
+            if batch.data is None:
+                self.empty_batches += 1
+            return batch.data
+        return batch
+
+    @property
+    def count(self) -> int:
+        """How many samples were skipped."""
+        return len(self.records)
+
+    @property
+    def by_kind(self) -> dict:
+        """Skipped samples per exception type name, most frequent first."""
+        return dict(Counter(r.error_type for r in self.records).most_common())
+
+    @property
+    def indices(self) -> list:
+        return [r.index for r in self.records]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __str__(self) -> str:
+        if not self.records:
+            return f"no samples skipped ({self.batches} batches)"
+        kinds = ", ".join(f"{k}: {n}" for k, n in self.by_kind.items())
+        noun = "sample" if self.count == 1 else "samples"
+        lines = [f"{self.count} {noun} skipped in {self.batches} batches ({kinds})"]
+        try:
+            records = sorted(self.records, key=lambda r: r.index)
+        except TypeError:  # indices of mixed types: keep arrival order
+            records = self.records
+        for r in records:
+            path = f"  {r.path}" if r.path else ""
+            lines.append(f"  index {r.index}{path}  {r.error_type}: {r.message}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<QuarantineReport count={self.count} by_kind={self.by_kind}>"
+
+
+# --------------------------------------------------------------------------------- worker_init_fn
+
+
+def worker_init_seed_and_faulthandler(worker_id: int) -> None:
+    """A ``worker_init_fn``: seed ``random`` and numpy from ``torch.initial_seed()``, enable faulthandler.
+
+    In a worker, ``torch.initial_seed()`` is already ``base_seed + worker_id``, different per worker and
+    per epoch. PyTorch seeds ``random``, torch and numpy's *global* RNG itself; this makes it explicit
+    and does not help other generators (a ``np.random.default_rng()`` made in ``__init__`` is copied into
+    every worker: re-create it here from ``torch.utils.data.get_worker_info().seed``).
+
+    ``faulthandler`` then prints the worker's Python stack to its stderr when it dies of SIGSEGV, SIGFPE,
+    SIGABRT, SIGBUS or SIGILL, so "killed by signal: Segmentation fault" comes with the line of
+    ``__getitem__`` that crashed. PyTorch's own handler still runs after it and the exit status is kept.
+    """
+    import torch
+
+    seed = torch.initial_seed() % 2**32
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed)
+    faulthandler.enable(file=_stderr_fd(), all_threads=True)
+
+
+def _stderr_fd() -> int:
+    """The worker's stderr as a descriptor: faulthandler writes from a signal handler, so it needs a real
+    fd (a notebook's or pytest's ``sys.stderr`` replacement may have none; fd 2 is what they forward)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, ValueError, OSError):
+        return 2
+
+
+_WATCHDOG_S: Optional[float] = None
+
+
+class WorkerInit:
+    """Picklable ``worker_init_fn`` made by :func:`make_worker_init` (a module-level class, not a closure,
+    so it works with spawn and forkserver)."""
+
+    def __init__(self, dump_after: Optional[float] = None, then: Optional[Callable[[int], Any]] = None) -> None:
+        if dump_after is not None and dump_after <= 0:
+            raise ValueError(f"dump_after must be a positive number of seconds, not {dump_after}")
+        self.dump_after = dump_after
+        self.then = then
+
+    def __call__(self, worker_id: int) -> None:
+        global _WATCHDOG_S
+        worker_init_seed_and_faulthandler(worker_id)
+        if self.dump_after is not None:
+            _WATCHDOG_S = self.dump_after
+            faulthandler.dump_traceback_later(self.dump_after, repeat=True, file=_stderr_fd())
+        if self.then is not None:
+            self.then(worker_id)
+
+    def __repr__(self) -> str:
+        return f"WorkerInit(dump_after={self.dump_after!r}, then={self.then!r})"
+
+
+def make_worker_init(dump_after: Optional[float] = None, then: Optional[Callable[[int], Any]] = None) -> WorkerInit:
+    """Return a picklable ``worker_init_fn``: :func:`worker_init_seed_and_faulthandler`, and optionally
+    a watchdog and a user ``then(worker_id)`` callable.
+
+    With ``dump_after`` (seconds), each worker arms ``faulthandler.dump_traceback_later(dump_after,
+    repeat=True)``: every ``dump_after`` seconds it prints its stack to stderr, which shows where a stuck
+    worker is (look for your ``__getitem__`` frame). It fires whether or not the worker is stuck, idle
+    workers included; call :func:`pet_watchdog` at the start of ``__getitem__`` to push it back while the
+    worker makes progress, and pick a value well above a normal item's time.
+    """
+    return WorkerInit(dump_after, then)
+
+
+def pet_watchdog() -> None:
+    """Restart the dump timer armed by :func:`make_worker_init` (no-op when none is armed here)."""
+    if _WATCHDOG_S is not None:
+        faulthandler.dump_traceback_later(_WATCHDOG_S, repeat=True, file=_stderr_fd())
+
+
+# ---------------------------------------------------------------------------------- resilient loader
+
+_DEATH_MARKS = ("exited unexpectedly", "is killed by signal")
+_SHARING_FRAMES = ("rebuild_storage_fd", "rebuild_storage_filename")
+
+
+def _chain(exc: Optional[BaseException]) -> Iterator[BaseException]:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def is_worker_death(exc: BaseException) -> bool:
+    """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
+
+    Matches the stable parts of PyTorch's messages: ``DataLoader worker (pid ...) exited unexpectedly``
+    and ``... is killed by signal: ...``, and the race where the main process fails to fetch a dead
+    worker's tensor (an OSError raised in ``rebuild_storage_fd``). An exception *raised by* ``__getitem__``
+    or collate ("Caught ValueError in DataLoader worker process 0") is not a death.
+    """
+    for e in _chain(exc):
+        text = str(e)
+        if "in DataLoader worker process" in text:  # re-raised from a live worker
+            return False
+        if isinstance(e, RuntimeError) and "DataLoader worker (pid" in text and any(
+            mark in text for mark in _DEATH_MARKS
+        ):
+            return True
+    if isinstance(exc, OSError):
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_name in _SHARING_FRAMES:
+                return True
+            tb = tb.tb_next
+    return False
+
+
+class _ListBatchSampler:
+    """A batch sampler over a fixed list of index lists (the rest of an epoch)."""
+
+    def __init__(self, batches: list) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Iterator:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+@dataclass
+class RestartEvent:
+    """One recovery of :class:`ResilientLoader`."""
+
+    epoch: int
+    batch_index: int  # the first batch not yet delivered, where the new loader resumed
+    error: str
+    num_workers: int  # of the new loader
+
+
+class ResilientLoader:
+    """Iterate a map-style dataset like a DataLoader; when a worker dies, rebuild and resume.
+
+    At the start of each epoch the batch sampler is drawn once into a fixed list of index batches (so a
+    shuffled epoch keeps its order across a restart). Batches are yielded in order; when a worker death
+    surfaces (see :func:`is_worker_death`), the loader is rebuilt with ``fallback_num_workers`` (or the
+    same ``num_workers``) and resumes at the first batch that was not delivered. So every batch of the
+    epoch is yielded exactly once, unless ``max_restarts`` is exceeded, and then the original error is
+    raised. Batches that were in flight in the dead worker are loaded again: a ``__getitem__`` with side
+    effects may see an index twice, the training loop does not. Exceptions raised by ``__getitem__`` or
+    collate are not deaths and propagate unchanged on the first occurrence.
+
+    Best effort, honestly: PyTorch may report a death from its SIGCHLD handler, which raises wherever
+    the main thread is. While the main thread waits for a batch (almost always) that is inside this
+    iterator and is recovered; if it lands in your loop body, it reaches you and is not recovered.
+
+    Args:
+        dataset: a map-style dataset (an ``IterableDataset`` cannot be resumed by index).
+        max_restarts: restarts allowed per epoch.
+        fallback_num_workers: num_workers of rebuilt loaders; None keeps the original value, 0 loads in
+            the main process (slow but immune to worker deaths; a sample that kills its process would
+            then kill the main process, so prefer a small number of workers when a sample is the cause).
+        on_restart: called with each :class:`RestartEvent` (default: a logging warning).
+        **loader_kwargs: DataLoader arguments (batch_size, shuffle, sampler, num_workers, collate_fn...).
+            ``in_order=False`` is refused: resuming needs batches in order.
+
+    Attributes:
+        restarts: restarts over the lifetime of this object. ``events``: the :class:`RestartEvent` list.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        max_restarts: int = 2,
+        fallback_num_workers: Optional[int] = None,
+        on_restart: Optional[Callable[[RestartEvent], Any]] = None,
+        **loader_kwargs: Any,
+    ) -> None:
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, not {max_restarts}")
+        if loader_kwargs.get("in_order", True) is False:
+            raise ValueError("ResilientLoader needs in_order=True: it resumes after the last delivered batch")
+        from torch.utils.data import IterableDataset
+
+        if isinstance(dataset, IterableDataset):
+            raise TypeError("ResilientLoader resumes by index: it needs a map-style dataset, not an "
+                            "IterableDataset")
+        self.dataset = dataset
+        self.max_restarts = max_restarts
+        self.fallback_num_workers = fallback_num_workers
+        self.on_restart = on_restart
+        self.loader_kwargs = dict(loader_kwargs)
+        self.restarts = 0
+        self.events: list = []
+        self.epoch = 0
+
+    _SAMPLING_KEYS = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last", "generator")
+
+    def _epoch_batches(self) -> tuple:
+        """(list of index batches or indices, auto_collation) for one epoch, drawn from the samplers."""
+        from torch.utils.data import DataLoader
+
+        sampling = {k: v for k, v in self.loader_kwargs.items() if k in self._SAMPLING_KEYS}
+        probe = DataLoader(self.dataset, num_workers=0, **sampling)
+        if probe.batch_sampler is not None:
+            return [list(b) for b in probe.batch_sampler], True
+        return list(probe.sampler), False
+
+    def _loader(self, rest: list, auto_collation: bool, num_workers: int) -> Any:
+        from torch.utils.data import DataLoader
+
+        kwargs = {k: v for k, v in self.loader_kwargs.items() if k not in self._SAMPLING_KEYS}
+        kwargs["num_workers"] = num_workers
+        if num_workers == 0:
+            for key in ("prefetch_factor", "persistent_workers", "multiprocessing_context", "timeout"):
+                kwargs.pop(key, None)
+        if auto_collation:
+            return DataLoader(self.dataset, batch_sampler=_ListBatchSampler(rest), **kwargs)
+        return DataLoader(self.dataset, batch_size=None, sampler=rest, **kwargs)
+
+    def __len__(self) -> int:
+        from torch.utils.data import DataLoader
+
+        sampling = {k: v for k, v in self.loader_kwargs.items() if k in self._SAMPLING_KEYS}
+        return len(DataLoader(self.dataset, num_workers=0, **sampling))
+
+    def __iter__(self) -> Iterator:
+        batches, auto = self._epoch_batches()
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        num_workers = int(self.loader_kwargs.get("num_workers", 0))
+        delivered = 0
+        restarts_this_epoch = 0
+        while True:
+            iterator = iter(self._loader(batches[delivered:], auto, num_workers))
+            try:
+                for batch in iterator:
+                    delivered += 1
+                    yield batch
+                return
+            except Exception as exc:
+                if not is_worker_death(exc) or restarts_this_epoch >= self.max_restarts:
+                    raise
+                restarts_this_epoch += 1
+                self.restarts += 1
+                if self.fallback_num_workers is not None:
+                    num_workers = self.fallback_num_workers
+                event = RestartEvent(epoch, delivered, f"{type(exc).__name__}: {exc}", num_workers)
+                self.events.append(event)
+                if self.on_restart is not None:
+                    self.on_restart(event)
+                else:
+                    log.warning("DataLoader worker died at batch %d of epoch %d (%s); restarting with "
+                                "num_workers=%d", delivered, epoch, event.error, num_workers)
+            finally:
+                shutdown = getattr(iterator, "_shutdown_workers", None)
+                if shutdown is not None:
+                    try:
+                        shutdown()
+                    except Exception:  # noqa: BLE001 - best effort: the workers may be gone already
+                        pass
+                del iterator

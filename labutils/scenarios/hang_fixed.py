@@ -1,0 +1,37 @@
+"""Tokenise sentences; the vocabulary download finishes before any worker is started."""
+
+import threading
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+WORDS = "the a cat dog sat ran on under mat tree".split()
+VOCAB = {}
+VOCAB_LOCK = threading.Lock()
+
+
+def load_vocabulary(started):
+    with VOCAB_LOCK:
+        started.set()
+        time.sleep(3)
+        VOCAB.update({w: i for i, w in enumerate(WORDS)})
+
+
+class Sentences(Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        sentence = [WORDS[(i + k) % len(WORDS)] for k in range(5)]
+        with VOCAB_LOCK:
+            return torch.tensor([VOCAB.get(w, 0) for w in sentence])
+
+
+if __name__ == "__main__":
+    started = threading.Event()
+    download = threading.Thread(target=load_vocabulary, args=(started,), daemon=True)
+    download.start()
+    download.join()  # no thread may hold a lock while workers are forked
+    for batch in DataLoader(Sentences(), batch_size=8, num_workers=2):
+        print("batch", tuple(batch.shape))

@@ -1,0 +1,304 @@
+"""The lab's scenarios: for every cause, a broken and a fixed training script, and the tour that runs them.
+
+``python -m labutils tour`` runs every registered scenario, broken then fixed, each isolated with its
+own limits, and prints a table: the cause diagnosed for the broken run (against the expected one),
+the outcome of the fixed run, and the seconds taken. ``python -m labutils run SCENARIO`` runs one
+scenario and prints the whole evidence of both runs.
+
+The scripts live in ``labutils/scenarios/`` and are ordinary programs (``python script.py`` runs them);
+nothing in them tells the diagnosis what to find.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional, Sequence
+
+__all__ = ["RunOptions", "Scenario", "SCENARIOS", "get_scenario", "run_scenario", "tour_main", "run_main"]
+
+SCENARIO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The :func:`labutils.run_isolated` limits of one run (the same names as the diagnose options)."""
+
+    timeout: float = 60.0
+    memory_budget: Optional[str] = None
+    shm_size: Optional[str] = None
+    nofile: Optional[int] = None
+    start_method: Optional[str] = None
+    notebook_main: bool = False
+
+    def kwargs(self) -> dict:
+        """Keyword arguments for :func:`labutils.run_isolated`."""
+        return asdict(self)
+
+    def cli_args(self) -> list:
+        """The same limits as ``python -m labutils diagnose`` options."""
+        args = ["--timeout", f"{self.timeout:g}"]
+        for name in ("memory_budget", "shm_size", "nofile", "start_method"):
+            value = getattr(self, name)
+            if value is not None:
+                args += ["--" + name.replace("_", "-"), str(value)]
+        if self.notebook_main:
+            args.append("--stdin-main")
+        return args
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One cause, demonstrated by a broken script and a fixed one (file names in ``labutils/scenarios``)."""
+
+    id: str
+    title: str
+    broken: str
+    fixed: str
+    expected: str
+    notebook: str
+    broken_options: RunOptions = field(default_factory=RunOptions)
+    fixed_options: RunOptions = field(default_factory=RunOptions)
+    note: str = ""
+
+    def path(self, which: str) -> str:
+        """Absolute path of the ``"broken"`` or ``"fixed"`` script."""
+        return os.path.join(SCENARIO_DIR, getattr(self, _which(which)))
+
+    def options(self, which: str) -> RunOptions:
+        return self.broken_options if _which(which) == "broken" else self.fixed_options
+
+
+def _which(which: str) -> str:
+    if which not in ("broken", "fixed"):
+        raise ValueError(f"which={which!r}: use 'broken' or 'fixed'")
+    return which
+
+
+_SPAWN = RunOptions(timeout=90, start_method="spawn")
+SCENARIOS: dict = {s.id: s for s in [
+    Scenario("ok", "A healthy loop: 2 workers, a linear model", "ok_healthy.py", "ok_healthy.py", "ok",
+             "01_read_the_error"),
+    Scenario("worker_exception", "A mislabelled row raises KeyError in __getitem__",
+             "worker_exception_broken.py", "worker_exception_fixed.py", "worker_exception",
+             "01_read_the_error"),
+    Scenario("unpicklable_dataset", "spawn: the dataset holds an open file handle",
+             "unpicklable_dataset_broken.py", "unpicklable_dataset_fixed.py", "unpicklable_dataset",
+             "02_spawn_and_pickling", _SPAWN, _SPAWN),
+    Scenario("main_not_importable", "spawn from a notebook-like __main__: workers cannot find the class",
+             "main_not_importable_broken.py", "main_not_importable_fixed.py", "main_not_importable",
+             "02_spawn_and_pickling", RunOptions(timeout=90, start_method="spawn", notebook_main=True),
+             RunOptions(timeout=90, start_method="spawn", notebook_main=True)),
+    Scenario("missing_main_guard", "spawn: a script without `if __name__ == \"__main__\":`",
+             "missing_main_guard_broken.py", "missing_main_guard_fixed.py", "missing_main_guard",
+             "02_spawn_and_pickling", _SPAWN, _SPAWN),
+    Scenario("native_crash", "A segfault in a 'C decoder' (ctypes null read, a stand-in) on a truncated record",
+             "native_crash_broken.py", "native_crash_fixed.py", "native_crash", "03_corrupt_data"),
+    Scenario("oom_killed", "An unbounded per-worker cache under a 400 MB memory budget",
+             "oom_killed_broken.py", "oom_killed_fixed.py", "oom_killed", "04_memory_and_oom",
+             RunOptions(timeout=90, memory_budget="400M"), RunOptions(timeout=90, memory_budget="400M"),
+             note="the lab's watchdog SIGKILLs over budget, as the kernel OOM killer would"),
+    Scenario("shm_exhausted", "12 MiB float batches through an 8 MiB /dev/shm",
+             "shm_exhausted_broken.py", "shm_exhausted_fixed.py", "shm_exhausted", "05_shared_memory",
+             RunOptions(timeout=90, shm_size="8M"), RunOptions(timeout=90, shm_size="8M"),
+             note="needs a private mount namespace; reported unsupported where the OS refuses"),
+    Scenario("fd_limit", "Keeping every batch alive with RLIMIT_NOFILE=128",
+             "fd_limit_broken.py", "fd_limit_fixed.py", "fd_limit", "06_file_descriptors",
+             RunOptions(timeout=60, nofile=128), RunOptions(timeout=60, nofile=128)),
+    Scenario("worker_exit", "A helper calls sys.exit(2) inside a worker on a missing file",
+             "worker_exit_broken.py", "worker_exit_fixed.py", "worker_exit", "01_read_the_error"),
+    Scenario("timeout", "A lock held by a thread at fork time; DataLoader(timeout=5)",
+             "timeout_broken.py", "timeout_fixed.py", "timeout", "07_hangs_and_timeouts",
+             RunOptions(timeout=60), RunOptions(timeout=60)),
+    Scenario("hang", "A lock held by a thread at fork time; no timeout, the runner stops it",
+             "hang_broken.py", "hang_fixed.py", "hang", "07_hangs_and_timeouts",
+             RunOptions(timeout=10), RunOptions(timeout=60)),
+    Scenario("cuda_in_worker", "`.cuda()` in __getitem__ (CPU-only build here: no CUDA at all)",
+             "cuda_in_worker_broken.py", "cuda_in_worker_fixed.py", "cuda_in_worker", "02_spawn_and_pickling",
+             note="on a GPU machine the same script fails with 'Cannot re-initialize CUDA in forked subprocess'"),
+]}
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise KeyError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}") from None
+
+
+def run_scenario(scenario, which: str):
+    """Run the broken or fixed script of a scenario isolated; returns the RunResult."""
+    from .isolate import run_isolated
+
+    sc = get_scenario(scenario) if isinstance(scenario, str) else scenario
+    return run_isolated(file=sc.path(which), **sc.options(which).kwargs())
+
+
+# =========================================================================== progress and table
+class _Progress:
+    """A plain text progress bar on stderr (redrawn in place on a terminal, one line per step otherwise)."""
+
+    def __init__(self, total: int, stream=None, enabled: bool = True):
+        self.total, self.done, self.stream, self.enabled = total, 0, stream or sys.stderr, enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.t0 = time.monotonic()
+
+    def show(self, label: str) -> None:
+        if not self.enabled:
+            return
+        width = 24
+        filled = int(width * self.done / max(self.total, 1))
+        bar = "#" * filled + "." * (width - filled)
+        text = f"[{bar}] {self.done}/{self.total} {time.monotonic() - self.t0:5.0f}s  {label}"
+        if self.tty:
+            self.stream.write("\r" + text[:100].ljust(100))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        self.show(label)
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _row(sc: Scenario, broken, fixed, seconds: float) -> dict:
+    b_cause = broken.cause if broken.outcome != "unsupported" else "unsupported"
+    f_state = fixed.cause if fixed.outcome != "unsupported" else "unsupported"
+    skipped = broken.outcome == "unsupported" or fixed.outcome == "unsupported"
+    good = skipped or (b_cause == sc.expected and fixed.outcome == "ok" and f_state == "ok")
+    return {"scenario": sc.id, "expected": sc.expected, "broken_cause": b_cause,
+            "broken_outcome": broken.outcome, "fixed_outcome": fixed.outcome, "fixed_cause": f_state,
+            "seconds": round(seconds, 1), "passed": good, "skipped": skipped,
+            "reason": (broken.reason or fixed.reason) if skipped else None}
+
+
+def _table(rows: list) -> str:
+    head = ("scenario", "cause of the broken run", "fixed run", "seconds")
+    body = []
+    for r in rows:
+        if r["skipped"]:
+            cause, fixed = "skipped (unsupported here)", "-"
+        else:
+            mark = "" if r["broken_cause"] == r["expected"] else f"  (expected {r['expected']})"
+            cause = r["broken_cause"] + mark
+            fixed = r["fixed_outcome"] if r["fixed_cause"] == "ok" else f"{r['fixed_outcome']} ({r['fixed_cause']})"
+        body.append((r["scenario"], cause, fixed, f"{r['seconds']:.1f}"))
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*row) for row in body]
+    return "\n".join(lines)
+
+
+def _select(only: Optional[str]) -> list:
+    if not only:
+        return list(SCENARIOS.values())
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise KeyError(f"unknown scenario(s): {', '.join(unknown)}; choose from: {', '.join(SCENARIOS)}")
+    return [SCENARIOS[n] for n in names]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # exit status 2 with a clear line, no traceback
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def tour_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m labutils tour [--only a,b] [--json] [--list] [--quiet]``."""
+    parser = _Parser(prog="python -m labutils tour",
+                     description="Run every scenario, broken then fixed, and print what was diagnosed.")
+    parser.add_argument("--only", metavar="A,B", help="comma-separated scenario ids")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        chosen = _select(args.only)
+    except KeyError as exc:
+        print(f"labutils tour: {exc.args[0]}", file=sys.stderr)
+        return 2
+    if args.list:
+        for sc in chosen:
+            print(f"{sc.id:22} {sc.title}  [notebooks/{sc.notebook}.ipynb]")
+        return 0
+    progress = _Progress(2 * len(chosen), enabled=not args.quiet)
+    rows = []
+    t_all = time.monotonic()
+    for sc in chosen:
+        t0 = time.monotonic()
+        progress.show(f"{sc.id}: broken")
+        broken = run_scenario(sc, "broken")
+        progress.step(f"{sc.id}: broken -> {broken.cause if broken.outcome != 'unsupported' else 'unsupported'}")
+        fixed = run_scenario(sc, "fixed")
+        progress.step(f"{sc.id}: fixed -> {fixed.outcome}")
+        rows.append(_row(sc, broken, fixed, time.monotonic() - t0))
+    progress.close()
+    failed = [r for r in rows if not r["passed"]]
+    if args.json:
+        print(json.dumps({"scenarios": rows, "passed": not failed,
+                          "seconds": round(time.monotonic() - t_all, 1)}, indent=2))
+    else:
+        print(_table(rows))
+        skipped = [r for r in rows if r["skipped"]]
+        for r in skipped:
+            print(f"skipped {r['scenario']}: {r['reason']}")
+        print(f"\n{len(rows) - len(failed) - len(skipped)} of {len(rows)} scenarios as expected"
+              + (f", {len(skipped)} skipped" if skipped else "")
+              + f", {time.monotonic() - t_all:.0f} s in all")
+    return 1 if failed else 0
+
+
+def run_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m labutils run SCENARIO``: broken then fixed, with the full evidence of both."""
+    parser = _Parser(prog="python -m labutils run",
+                     description="Run one scenario, broken then fixed, and print the whole evidence.")
+    parser.add_argument("scenario", help="a scenario id (python -m labutils tour --list)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        sc = get_scenario(args.scenario)
+    except KeyError as exc:
+        print(f"labutils run: {exc.args[0]}", file=sys.stderr)
+        return 2
+    results = {}
+    for which in ("broken", "fixed"):
+        if not args.json:
+            opts = " ".join(sc.options(which).cli_args())
+            print(f"=== {sc.id} / {which}: {os.path.relpath(sc.path(which))}  ({opts})", flush=True)
+        r = run_scenario(sc, which)
+        results[which] = r
+        if args.json:
+            continue
+        print(str(r))
+        if r.outcome != "unsupported":
+            print(str(r.diagnosis))
+        out = r.stdout.strip().splitlines()[-6:]
+        if out:
+            print("stdout (last lines):")
+            print("\n".join("  " + ln for ln in out))
+        print()
+    broken, fixed = results["broken"], results["fixed"]
+    row = _row(sc, broken, fixed, broken.wall_time + fixed.wall_time)
+    if args.json:
+        print(json.dumps({"scenario": row, "broken": broken.diagnosis.to_dict(),
+                          "fixed": fixed.diagnosis.to_dict()}, indent=2))
+    else:
+        verdict = "as expected" if row["passed"] else "NOT as expected"
+        if row["skipped"]:
+            verdict = f"skipped: {row['reason']}"
+        print(f"{sc.id}: broken -> {row['broken_cause']} (expected {sc.expected}), fixed -> "
+              f"{row['fixed_outcome']}: {verdict}.  Notebook: notebooks/{sc.notebook}.ipynb"
+              + (f"\nnote: {sc.note}" if sc.note else ""))
+    return 0 if row["passed"] else 1

@@ -1,0 +1,417 @@
+"""Unit tests of labutils.diagnose (rules on hand-built evidence, live exceptions) and the diagnose CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from labutils.diagnose import CAUSES, PRECEDENCE, Diagnosis, Fix, explain
+from labutils.result import ExceptionInfo, ProcessInfo, RunResult
+
+PY = sys.executable
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOK_STEMS = {"01_read_the_error", "02_spawn_and_pickling", "03_corrupt_data", "04_memory_and_oom",
+                  "05_shared_memory", "06_file_descriptors", "07_hangs_and_timeouts"}
+
+
+# --------------------------------------------------------------------------- helpers
+def wrapped(inner_type: str, inner_msg: str, worker: int = 0) -> str:
+    """The message PyTorch builds for an exception raised inside a worker."""
+    return (f"Caught {inner_type} in DataLoader worker process {worker}.\n"
+            "Original Traceback (most recent call last):\n"
+            '  File "/x/torch/utils/data/_utils/worker.py", line 374, in _worker_loop\n'
+            "    data = fetcher.fetch(index)\n"
+            '  File "/home/u/train.py", line 12, in __getitem__\n'
+            "    raise thing\n"
+            f"{inner_type}: {inner_msg}\n")
+
+
+def workers(*codes, watchdog=()):
+    return [ProcessInfo(pid=100 + i, role="dataloader_worker", exitcode=c, killed_by_watchdog=i in watchdog)
+            for i, c in enumerate(codes)]
+
+
+def died(pid=100, cause_msg=None):
+    chain = [ExceptionInfo("RuntimeError", f"DataLoader worker (pid(s) {pid}) exited unexpectedly")]
+    if cause_msg:
+        chain.append(ExceptionInfo("RuntimeError", cause_msg, link="cause"))
+    return chain
+
+
+ITER = {"event": "iter", "num_workers": 2, "timeout": 0, "start_method": "fork",
+        "sharing_strategy": "file_descriptor", "batch_size": 4, "prefetch_factor": 2, "pin_memory": False}
+
+
+def result(outcome="failed", returncode=1, **kw):
+    kw.setdefault("loader_events", [ITER])
+    return RunResult(outcome=outcome, returncode=returncode,
+                     signal=-returncode if returncode is not None and returncode < 0 else None, **kw)
+
+
+# --------------------------------------------------------------------------- API shape
+def test_diagnosis_api_shape():
+    d = explain(result(exceptions=[ExceptionInfo("ValueError", wrapped("ValueError", "bad row 7"))],
+                       workers=workers(0, 0)))
+    assert isinstance(d, Diagnosis) and d.cause == "worker_exception"
+    assert "bad row 7" in d.summary
+    assert d.evidence and all(isinstance(e, str) for e in d.evidence)
+    assert d.fixes and all(isinstance(f, Fix) and f.notebook in NOTEBOOK_STEMS for f in d.fixes)
+    data = d.to_dict()
+    assert set(data) >= {"cause", "summary", "evidence", "fixes", "confidence"}
+    assert json.loads(json.dumps(data))["fixes"][0]["notebook"] in NOTEBOOK_STEMS
+    assert "worker_exception" in str(d) and "notebooks/01_read_the_error.ipynb" in str(d)
+    assert "<code" in d._repr_html_()
+
+
+def test_every_cause_has_fixes_naming_a_notebook():
+    from labutils.diagnose import _fixes
+
+    assert len(CAUSES) == 13
+    for cause in CAUSES:
+        if cause == "ok":
+            continue
+        assert cause in PRECEDENCE
+        fixes = _fixes(cause)
+        assert fixes, cause
+        assert all(f.notebook in NOTEBOOK_STEMS for f in fixes), cause
+
+
+def test_explain_rejects_other_objects():
+    with pytest.raises(TypeError):
+        explain("DataLoader worker exited unexpectedly")
+
+
+# --------------------------------------------------------------------------- one rule per cause
+def test_ok():
+    d = explain(result(outcome="ok", returncode=0, workers=workers(0, 0)))
+    assert d.cause == "ok" and not d.fixes
+
+
+def test_worker_exception():
+    d = explain(result(exceptions=[ExceptionInfo("KeyError", wrapped("KeyError", "'dgo'", 1))]))
+    assert d.cause == "worker_exception"
+    assert "KeyError" in d.summary
+
+
+def test_unpicklable_dataset():
+    exc = ExceptionInfo("TypeError", "cannot pickle '_io.TextIOWrapper' object",
+                        traceback='  File "/usr/lib/python3.11/multiprocessing/reduction.py", line 60, in dump\n')
+    d = explain(result(exceptions=[exc], workers=workers(1)))
+    assert d.cause == "unpicklable_dataset"
+
+
+def test_unpicklable_from_stderr_warning_when_caught():
+    stderr = ("/x/torch/utils/data/dataloader.py:1179: UserWarning: Got pickle error when attempting to start "
+              "a worker Process. This might be because the worker Process arguments are not picklable.\n")
+    d = explain(result(outcome="ok", returncode=0, stderr=stderr))
+    assert d.cause == "unpicklable_dataset"
+
+
+def test_main_not_importable():
+    stderr = ("Traceback (most recent call last):\n"
+              '  File "<string>", line 1, in <module>\n'
+              '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 132, in _main\n'
+              "    self = reduction.pickle.load(from_parent)\n"
+              "AttributeError: Can't get attribute 'Shapes' on <module '__main__' (built-in)>\n")
+    d = explain(result(exceptions=died(101, "DataLoader worker (pid 101) exited unexpectedly with exit code 1. "
+                                            "Details are lost due to multiprocessing."),
+                       workers=workers(1, 1), stderr=stderr))
+    assert d.cause == "main_not_importable"
+
+
+def test_missing_main_guard_beats_the_hang_it_causes():
+    stderr = ("RuntimeError: \n        An attempt has been made to start a new process before the\n"
+              "        current process has finished its bootstrapping phase.\n")
+    d = explain(result(outcome="timed_out", returncode=-9, stderr=stderr, reason="no result within 10 s"))
+    assert d.cause == "missing_main_guard"
+
+
+def test_native_crash_from_exit_code_and_stderr():
+    d = explain(result(exceptions=died(100, "DataLoader worker (pid 100) is killed by signal: Segmentation fault."),
+                       workers=workers(-11, 0),
+                       stderr="ERROR: Unexpected segmentation fault encountered in worker.\n"))
+    assert d.cause == "native_crash" and d.confidence == "high"
+    assert any("SIGSEGV" in e for e in d.evidence)
+
+
+@pytest.mark.parametrize("sig", [6, 8, 4])
+def test_other_fatal_signals_are_native_crashes(sig):
+    d = explain(result(exceptions=died(100), workers=workers(-sig)))
+    assert d.cause == "native_crash"
+
+
+def test_oom_killed_by_watchdog():
+    kills = [{"pid": 100, "rss": 450 * 2**20, "budget": 400 * 2**20, "t": 1.0, "main": False}]
+    d = explain(result(exceptions=died(100, "DataLoader worker (pid 100) is killed by signal: Killed."),
+                       workers=workers(-9, 0, watchdog=(0,)), watchdog_kills=kills))
+    assert d.cause == "oom_killed"
+    assert "watchdog" in d.summary and any("watchdog" in e for e in d.evidence)
+
+
+def test_main_process_killed_by_watchdog_is_oom():
+    kills = [{"pid": 99, "rss": 900 * 2**20, "budget": 800 * 2**20, "t": 1.0, "main": True}]
+    d = explain(result(returncode=-9, watchdog_kills=kills, loader_events=[]))
+    assert d.cause == "oom_killed"
+
+
+def test_shm_exhausted_from_worker_exception():
+    inner = ("unable to allocate shared memory(shm) for file </torch_123_456_0>: "
+             "No space left on device (28)")
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", wrapped("RuntimeError", inner))]))
+    assert d.cause == "shm_exhausted"
+
+
+def test_sigbus_is_shm():
+    d = explain(result(exceptions=died(100), workers=workers(-7),
+                       stderr="ERROR: Unexpected bus error encountered in worker. This might be caused by "
+                              "insufficient shared memory (shm).\n"))
+    assert d.cause == "shm_exhausted"
+
+
+def test_sigkill_with_no_space_left_on_shm_is_shm():
+    stderr = "RuntimeError: unable to write to file </torch_77_1_0>: No space left on device (28)\n"
+    d = explain(result(exceptions=died(100), workers=workers(-9), stderr=stderr))
+    assert d.cause == "shm_exhausted"
+
+
+def test_fd_limit_main_error():
+    msg = ("Too many open files. Communication with the workers is no longer possible. Please increase the "
+           "limit using `ulimit -n` in the shell")
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", msg)], workers=workers(0, 0)))
+    assert d.cause == "fd_limit"
+
+
+def test_fd_limit_beats_the_hang_it_causes():
+    stderr = ("Traceback (most recent call last):\n  File \"/x/multiprocessing/queues.py\", line 244, in _feed\n"
+              "OSError: [Errno 24] Too many open files\n")
+    d = explain(result(outcome="timed_out", returncode=-9, stderr=stderr, reason="no result within 15 s"))
+    assert d.cause == "fd_limit"
+
+
+def test_ancdata_is_fd_limit():
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", "received 0 items of ancdata")]))
+    assert d.cause == "fd_limit"
+
+
+def test_worker_exit_code():
+    d = explain(result(exceptions=died(100, "DataLoader worker (pid 100) exited unexpectedly with exit code 2. "
+                                            "Details are lost due to multiprocessing."),
+                       workers=workers(2, 0)))
+    assert d.cause == "worker_exit" and "2" in d.summary
+
+
+def test_worker_exit_when_main_loses_the_race():
+    # the worker died after sending a batch; the main process fails while rebuilding it (FACTS.md)
+    exc = ExceptionInfo("FileNotFoundError", "[Errno 2] No such file or directory",
+                        traceback='  File "/x/torch/multiprocessing/reductions.py", line 1, in rebuild_storage_fd\n')
+    d = explain(result(exceptions=[exc], workers=workers(3, 0)))
+    assert d.cause == "worker_exit"
+
+
+def test_timeout():
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", "DataLoader timed out after 5 seconds")],
+                       workers=workers(-15, -15)))
+    assert d.cause == "timeout"
+
+
+def test_hang():
+    d = explain(result(outcome="timed_out", returncode=-9, reason="no result within 8 s",
+                       stderr='Thread 0x1 (most recent call first):\n  File "/x/dataloader.py", line 1, in _try_get_data\n'))
+    assert d.cause == "hang"
+
+
+def test_cuda_in_worker_cpu_build():
+    d = explain(result(exceptions=[ExceptionInfo("AssertionError",
+                                                 wrapped("AssertionError", "Torch not compiled with CUDA enabled"))]))
+    assert d.cause == "cuda_in_worker"
+
+
+def test_cuda_in_forked_worker():
+    inner = ("Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the "
+             "'spawn' start method")
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", wrapped("RuntimeError", inner))]))
+    assert d.cause == "cuda_in_worker"
+
+
+def test_unsupported_run():
+    d = explain(RunResult(outcome="unsupported", reason="no private mount namespace"))
+    assert d.cause == "unsupported"
+
+
+def test_failure_outside_the_dataloader_is_unknown():
+    tb = '  File "/home/u/train.py", line 30, in <module>\n    loss = model(x)\n'
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", "mat1 and mat2 shapes cannot be multiplied",
+                                                 traceback=tb)], workers=workers(0, 0)))
+    assert d.cause == "unknown"
+
+
+def test_single_process_loader_error_is_worker_exception():
+    chain = [{"type": "ValueError", "message": "bad row", "module": "builtins", "link": None, "traceback": ""}]
+    r = result(exceptions=[ExceptionInfo("ValueError", "bad row")],
+               loader_events=[dict(ITER, num_workers=0), {"event": "error", "chain": chain}])
+    assert explain(r).cause == "worker_exception"
+
+
+# --------------------------------------------------------------------------- precedence and deception
+def test_user_message_quoting_exited_unexpectedly_stays_worker_exception():
+    inner = ("DataLoader worker (pid(s) 1234) exited unexpectedly; killed by signal: Segmentation fault. "
+             "Too many open files")
+    msg = wrapped("ValueError", inner)
+    stderr = "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: " + msg + "\n"
+    d = explain(result(exceptions=[ExceptionInfo("ValueError", msg)], workers=workers(0, 0), stderr=stderr))
+    assert d.cause == "worker_exception"
+
+
+def test_stderr_line_echoing_the_recorded_exception_is_not_new_evidence():
+    msg = wrapped("RuntimeError", "ERROR: Unexpected segmentation fault encountered in worker. (our test)")
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", msg)], workers=workers(0, 0),
+                       stderr="RuntimeError: " + msg))
+    assert d.cause == "worker_exception"
+
+
+def test_caught_error_in_a_script_that_exits_0_is_still_diagnosed():
+    chain = [{"type": "RuntimeError", "message": "DataLoader worker (pid(s) 100) exited unexpectedly",
+              "module": "builtins", "link": None, "traceback": ""}]
+    r = result(outcome="ok", returncode=0, workers=workers(-9, 0),
+               loader_events=[ITER, {"event": "error", "chain": chain}])
+    d = explain(r)
+    assert d.cause == "oom_killed" and "exited 0" in d.summary
+
+
+def test_sigterm_at_shutdown_does_not_hide_the_worker_exception():
+    d = explain(result(exceptions=[ExceptionInfo("KeyError", wrapped("KeyError", "'x'"))], workers=workers(-15, 0)))
+    assert d.cause == "worker_exception"
+
+
+def test_generic_message_without_anything_else_is_worker_exit_low_confidence():
+    d = explain(result(exceptions=died(100), workers=[]))
+    assert d.cause == "worker_exit" and d.confidence == "low"
+
+
+# --------------------------------------------------------------------------- live exceptions in this process
+class _Raises:
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 3:
+            raise ValueError("sample 3 is broken")
+        return i
+
+
+class _Killed:
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_live_worker_exception():
+    from torch.utils.data import DataLoader
+
+    with pytest.raises(ValueError) as info:
+        list(DataLoader(_Raises(), batch_size=2, num_workers=2, multiprocessing_context="fork"))
+    d = explain(info.value)
+    assert d.cause == "worker_exception" and d.source == "exception"
+    assert "sample 3 is broken" in d.summary
+    assert any("only" in e and "exception chain" in e for e in d.evidence)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_live_sigkilled_worker():
+    from torch.utils.data import DataLoader
+
+    with pytest.raises(RuntimeError) as info:
+        list(DataLoader(_Killed(), batch_size=2, num_workers=2, multiprocessing_context="fork"))
+    d = explain(info.value)
+    assert d.cause == "oom_killed"
+    assert any("SIGKILL" in e or "Killed" in e for e in d.evidence)
+
+
+# --------------------------------------------------------------------------- the diagnose CLI
+def cli(*args, timeout=300, cwd=None):
+    return subprocess.run([PY, "-m", "labutils", "diagnose", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd or ROOT)
+
+
+def test_cli_missing_file(tmp_path):
+    done = cli(str(tmp_path / "nope.py"))
+    assert done.returncode == 2 and "no such file" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_not_python(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("this is not a training script: {[\n")
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x7fELF\x00\x00\x01")
+    for path in (text, binary):
+        done = cli(str(path))
+        assert done.returncode == 2 and "not a Python script" in done.stderr
+
+
+@pytest.mark.parametrize("args", [["--bogus", "x.py"], ["--timeout", "soon", "x.py"], ["--nofile", "3", "x.py"],
+                                  ["--start-method", "thread", "x.py"], ["--memory-budget", "lots", "x.py"], []])
+def test_cli_bad_options(args, tmp_path):
+    (tmp_path / "x.py").write_text("print('hi')\n")
+    done = cli(*args, cwd=str(tmp_path))
+    assert done.returncode == 2 and "labutils diagnose:" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_script_arguments_after_script_are_the_scripts(tmp_path):
+    script = tmp_path / "args.py"
+    script.write_text("import sys\nprint('ARGS', sys.argv[1:])\n")
+    done = cli("--json", "--timeout", "60", str(script), "--timeout", "5", "--json", "-x")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert "ARGS ['--timeout', '5', '--json', '-x']" in data["stdout"]
+    assert data["cause"] == "ok"
+
+
+def test_cli_json_healthy_script():
+    script = os.path.join(ROOT, "labutils", "scenarios", "ok_healthy.py")
+    done = cli("--json", script)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert {"cause", "summary", "evidence", "fixes", "outcome", "exit", "workers"} <= set(data)
+    assert data["cause"] == "ok" and data["outcome"] == "ok"
+    assert len([w for w in data["workers"] if w["role"] == "dataloader_worker"]) >= 2
+    assert "epoch 1" in data["stdout"]
+
+
+def test_cli_script_that_catches_the_crash_and_exits_0(tmp_path):
+    script = tmp_path / "catches.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class D(Dataset):
+            def __len__(self):
+                return 8
+            def __getitem__(self, i):
+                if i == 5:
+                    raise IndexError("row 5 is missing")
+                return torch.tensor(i)
+
+        if __name__ == "__main__":
+            try:
+                for b in DataLoader(D(), batch_size=2, num_workers=2):
+                    pass
+            except Exception as e:
+                print("ignored:", type(e).__name__)
+            sys.exit(0)
+    """))
+    done = cli(str(script))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "ignored: IndexError" in done.stdout  # the script's own output is shown
+    assert "cause: worker_exception" in done.stdout
