@@ -168,9 +168,13 @@ def _shm_entries() -> set:
         return set()
 
 
-def _mapped_shm_names() -> set:
-    """Names of /dev/shm files that some live process still has mapped (read from /proc/*/maps)."""
-    names = set()
+def _mapped_shm_inodes() -> set:
+    """Inodes of /dev/shm files that some live process still has mapped (from /proc/*/maps).
+
+    Inodes, not names: glibc creates a semaphore under a temporary name and links it to ``sem.mp-*``
+    afterwards, so the maps show ``/dev/shm/sem.XXXXXX (deleted)`` for a semaphore that is alive.
+    """
+    inodes = set()
     prefix = _SHM + "/"
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit():
@@ -178,12 +182,13 @@ def _mapped_shm_names() -> set:
         try:
             with open(f"/proc/{entry}/maps", encoding="utf-8", errors="replace") as fh:
                 for line in fh:
-                    at = line.find(prefix)
-                    if at >= 0:
-                        names.add(line[at + len(prefix):].split(" ")[0].strip())
+                    if prefix in line:
+                        fields = line.split()
+                        if len(fields) >= 5 and fields[4].isdigit():
+                            inodes.add(int(fields[4]))
         except OSError:
             continue
-    return names
+    return inodes
 
 
 def _clean_shm(before: set, pids: set) -> list:
@@ -196,13 +201,18 @@ def _clean_shm(before: set, pids: set) -> list:
     removed = []
     new = _shm_entries() - before
     sems = [n for n in new if n.startswith("sem.mp-")]
-    mapped = _mapped_shm_names() if sems else set()
+    mapped = _mapped_shm_inodes() if sems else set()
     for name in new:
         if name.startswith("torch_"):
             parts = name.split("_")
             owned = len(parts) > 1 and parts[1].isdigit() and int(parts[1]) in pids
+        elif name.startswith("sem.mp-"):
+            try:
+                owned = os.stat(os.path.join(_SHM, name)).st_ino not in mapped
+            except OSError:
+                owned = False
         else:
-            owned = name.startswith("sem.mp-") and name not in mapped
+            owned = False
         if owned:
             try:
                 os.unlink(os.path.join(_SHM, name))

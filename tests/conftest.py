@@ -23,6 +23,11 @@ def no_leaks():
     yield
     left = shm_names() - before
     assert not left, f"/dev/shm files left behind: {sorted(left)}"
+    import labutils
+
     me = psutil.Process()
-    alive = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    helpers = ("resource_tracker", "forkserver")  # multiprocessing's own per-session helpers
+    alive = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE
+             and not any(h in " ".join(p.cmdline()) for h in helpers)]
     assert not alive, f"processes left running: {[(p.pid, p.name()) for p in alive]}"
+    assert labutils.find_strays() == [], "processes of finished isolated runs are still alive"
