@@ -131,6 +131,19 @@ class RunResult:
     def cause(self) -> str:
         return self.diagnosis.cause
 
+    def stderr_tail(self, n: int = 8) -> list:
+        """The last ``n`` stderr lines worth reading: multiprocessing's resource_tracker chatter about
+        semaphores of killed processes (a warning and its ``warnings.warn`` echo) is left out."""
+        lines = self.stderr.strip().splitlines()
+        keep = []
+        for i, line in enumerate(lines):
+            if "resource_tracker" in line:
+                continue
+            if line.strip().startswith("warnings.warn(") and i and "resource_tracker" in lines[i - 1]:
+                continue
+            keep.append(line)
+        return keep[-n:]
+
     def stderr_lines(self, contains: str = "") -> list:
         return [ln for ln in self.stderr.splitlines() if contains in ln]
 
@@ -173,7 +186,7 @@ class RunResult:
                 lines.insert(0, f"cause: {d.cause} - {d.summary}")
             except Exception as exc:  # noqa: BLE001 - never fail to print a result
                 lines.insert(0, f"cause: (diagnosis failed: {exc!r})")
-        tail = self.stderr.strip().splitlines()[-8:]
+        tail = self.stderr_tail(8)
         if tail:
             lines.append("stderr (last lines):")
             lines.extend("  " + ln for ln in tail)
@@ -194,7 +207,7 @@ class RunResult:
         except Exception as exc:  # noqa: BLE001
             head += f" (diagnosis failed: {esc(repr(exc))})"
         rows = "".join(f"<li>{esc(line)}</li>" for line in self.summary_lines())
-        tail = "\n".join(self.stderr.strip().splitlines()[-12:])
+        tail = "\n".join(self.stderr_tail(12))
         err = (f"<details><summary>stderr (last lines)</summary><pre style='font-size:85%'>{esc(tail)}"
                "</pre></details>") if tail else ""
         out = "\n".join(self.stdout.strip().splitlines()[-12:])
