@@ -401,10 +401,11 @@ def shm_budget(
 
     Each worker keeps up to ``prefetch_factor`` finished batches waiting for the main process, and every
     tensor of a finished batch lives in a shared-memory segment (``/dev/shm/torch_*``) until the main
-    process has consumed it. So the loader holds about
-    ``batch_bytes x prefetch_factor x num_workers`` bytes of /dev/shm at once (plus the batch being
-    used, and more if the training loop keeps old batches alive). FAIL when that estimate exceeds the
-    free space, WARN above half of it.
+    process has let go of it. Two more batches are alive at the same time: the one the loop body is
+    using and the one ``next()`` has just received. So the loader holds about
+    ``batch_bytes x (prefetch_factor x num_workers + 2)`` bytes of /dev/shm at once (more if the
+    training loop keeps old batches alive). Notebook 05 measures the peak against this rule over a sweep
+    of configurations. FAIL when the estimate exceeds the free space, WARN above half of it.
 
     Args:
         batch_bytes: bytes of tensors in one collated batch (an int or a size like ``"12M"``).
@@ -429,15 +430,16 @@ def shm_budget(
         free = probe[1]
     else:
         free = parse_size(free_shm)
-    estimate = batch * prefetch_factor * num_workers
+    in_flight = prefetch_factor * num_workers + 2 if num_workers else 0
+    estimate = batch * in_flight
     fraction = estimate / free if free else (None if estimate else 0.0)  # None: no free space at all
     data = {"estimate_bytes": estimate, "free_bytes": free, "fraction": fraction,
             "batch_bytes": batch, "prefetch_factor": prefetch_factor, "num_workers": num_workers}
     if num_workers == 0:
         return CheckResult("shm_budget", "OK", "num_workers=0: batches stay in this process, no shm used",
                            data=data)
-    detail = (f"{format_size(batch)} per batch x prefetch_factor {prefetch_factor} x {num_workers} "
-              f"workers = {format_size(estimate)} in flight; {format_size(free)} free"
+    detail = (f"{format_size(batch)} per batch x ({prefetch_factor} prefetched x {num_workers} workers + 2 "
+              f"in the loop) = {format_size(estimate)} in flight; {format_size(free)} free"
               + (f" ({fraction:.0%})" if fraction is not None else ""))
     advice = ("lower num_workers, prefetch_factor or the batch size, or give /dev/shm more room "
               "(docker --shm-size, --ipc=host)")

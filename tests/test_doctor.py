@@ -105,10 +105,11 @@ def test_check_result_rejects_unknown_status():
 
 def test_shm_budget_arithmetic_and_thresholds():
     ok = shm_budget(12 * MiB, prefetch_factor=2, num_workers=4, free_shm=GiB)
-    assert ok.status == "OK" and ok.data["estimate_bytes"] == 96 * MiB
-    assert shm_budget("12M", 2, 4, free_shm=150 * MiB).status == "WARN"  # 96 of 150: above half
-    assert shm_budget("12M", 2, 4, free_shm=192 * MiB).status == "OK"  # exactly half: not above
-    assert shm_budget("12M", 2, 4, free_shm=96 * MiB).status == "WARN"  # exactly all: not exceeding
+    assert ok.status == "OK" and ok.data["estimate_bytes"] == 120 * MiB  # 12 MiB x (2 x 4 + 2)
+    assert shm_budget("12M", 2, 4, free_shm=150 * MiB).status == "WARN"  # 120 of 150: above half
+    assert shm_budget("12M", 2, 4, free_shm=240 * MiB).status == "OK"  # exactly half: not above
+    assert shm_budget("12M", 2, 4, free_shm=120 * MiB).status == "WARN"  # exactly all: not exceeding
+    assert shm_budget("12M", 2, 4, free_shm=96 * MiB).status == "FAIL"
     fail = shm_budget("12M", 2, 4, free_shm="64M")
     assert fail.status == "FAIL" and "No space left on device" in fail.detail and fail.advice
     assert shm_budget("3M", prefetch_factor=3, num_workers=1, free_shm="8M").status == "FAIL"  # 9M > 8M
@@ -127,10 +128,10 @@ def test_small_fake_shm_warns(monkeypatch):
     if not sys.platform.startswith("linux"):
         pytest.skip("/dev/shm checks are Linux-only")
     monkeypatch.setattr(doctor_mod, "_shm_probe", lambda path=doctor_mod.SHM_PATH: (64 * MiB, 60 * MiB))
-    report = doctor(num_workers=2, batch_bytes="12M")
+    report = doctor(num_workers=2, batch_bytes="8M")
     assert report["shm"].status == "WARN" and "64.0 MiB total" in report["shm"].detail
     assert "--shm-size" in report["shm"].advice
-    assert report["shm_budget"].status == "WARN"  # 12 MiB x 2 x 2 = 48 MiB of 60 MiB free
+    assert report["shm_budget"].status == "WARN"  # 8 MiB x (2 x 2 + 2) = 48 MiB of 60 MiB free
     assert report.ok  # warnings only
 
 
@@ -138,9 +139,9 @@ def test_shm_budget_thresholds_inside_doctor(monkeypatch):
     if not sys.platform.startswith("linux"):
         pytest.skip("/dev/shm checks are Linux-only")
     monkeypatch.setattr(doctor_mod, "_shm_probe", lambda path=doctor_mod.SHM_PATH: (64 * MiB, 60 * MiB))
-    assert doctor(num_workers=2, batch_bytes="5M")["shm_budget"].status == "OK"  # 20 of 60
-    assert doctor(num_workers=2, batch_bytes="10M")["shm_budget"].status == "WARN"  # 40 of 60
-    report = doctor(num_workers=2, batch_bytes="16M")  # 64 of 60
+    assert doctor(num_workers=2, batch_bytes="5M")["shm_budget"].status == "OK"  # 5 x 6 = 30 of 60
+    assert doctor(num_workers=2, batch_bytes="10M")["shm_budget"].status == "WARN"  # 60 of 60
+    report = doctor(num_workers=2, batch_bytes="16M")  # 96 of 60
     assert report["shm_budget"].status == "FAIL" and not report.ok
 
 
@@ -236,7 +237,7 @@ def test_cli_json_parses(capsys):
     data = json.loads(capsys.readouterr().out)
     assert rc == (0 if data["ok"] else 1)
     budget = next(c for c in data["checks"] if c["name"] == "shm_budget")
-    assert budget["data"]["estimate_bytes"] == 36 * MiB
+    assert budget["data"]["estimate_bytes"] == 12 * MiB * (3 * 1 + 2)
 
 
 @pytest.mark.parametrize(
