@@ -246,6 +246,7 @@ class _Facts:
     notes: list = field(default_factory=list)  # extra evidence lines gathered on the way
     live_dataset: Any = None
     escaped: list = field(default_factory=list)  # first exception of every chain that escaped next()
+    live_findings: list = field(default_factory=list)  # inferred from the live iterator and __main__
 
 
 # --------------------------------------------------------------------------- message patterns
@@ -360,6 +361,11 @@ def _find_loader_iter(excs: Iterable[BaseException]):
     return None
 
 
+def _main_file_ok(main) -> bool:
+    path = getattr(main, "__file__", None)
+    return bool(path) and os.path.isfile(path)
+
+
 def _facts_from_exception(exc: BaseException) -> _Facts:
     facts = _Facts(source="exception", outcome="failed")
     pairs = _chain_of(exc)
@@ -378,8 +384,22 @@ def _facts_from_exception(exc: BaseException) -> _Facts:
                 code = None
             facts.workers.append(_Worker(getattr(w, "pid", None), code))
             method = method or getattr(type(w), "_start_method", None)
+        if workers and method is None:  # the default context: its Process class names no method
+            import multiprocessing
+
+            method = (multiprocessing.get_start_method(allow_none=True)
+                      or multiprocessing.get_all_start_methods()[0])
         ds = getattr(it, "_dataset", None)
         facts.live_dataset = ds
+        main = sys.modules.get("__main__")
+        ds_module = type(ds).__module__ if ds is not None else None
+        codes = [w.exitcode for w in facts.workers]
+        if (method in ("spawn", "forkserver") and ds_module == "__main__"
+                and not _main_file_ok(main) and any(c == 1 for c in codes)):
+            facts.live_findings.append(_Finding(
+                "main_not_importable", f"workers exited with code 1 at start-up under {method}, and the "
+                f"dataset class {type(ds).__qualname__} lives in this __main__, which has no file to import "
+                "it from", strong=False))
         facts.iters.append({"event": "iter", "num_workers": getattr(it, "_num_workers", None),
                             "timeout": getattr(it, "_timeout", None), "start_method": method,
                             "dataset": type(ds).__module__ + "." + type(ds).__qualname__ if ds is not None
@@ -580,7 +600,24 @@ def _main_findings(facts: _Facts) -> list:
     if facts.outcome == "timed_out":
         found.append(_Finding("hang", f"no result before the run's time limit: {facts.reason or 'timed out'}",
                               strong=False))
+        where = _stuck_where(facts.stderr)
+        if where:
+            found.append(_Finding("hang", where, strong=False))
     return found
+
+
+def _stuck_where(stderr: str) -> str:
+    """What the faulthandler dump taken before the runner's kill says the main process was doing."""
+    dump = stderr[stderr.rfind("most recent call first"):] if "most recent call first" in stderr else ""
+    if not dump:
+        return ""
+    if re.search(r"in (_try_get_data|_get_data|_next_data)\b", dump):
+        return ("faulthandler dump: the main process was waiting for a batch from the workers "
+                "(DataLoader _try_get_data), and none came")
+    if re.search(r"popen_(spawn|forkserver)\w*\.py.*\n?.*in _launch|in _launch", dump):
+        return "faulthandler dump: the main process was blocked starting a worker (sending it the dataset)"
+    m = re.search(r'File "([^"]+)", line (\d+) in (\w+)', dump)
+    return f"faulthandler dump: the main process was in {m.group(3)} ({m.group(1)}:{m.group(2)})" if m else ""
 
 
 def _gather(facts: _Facts) -> list:
@@ -597,10 +634,15 @@ def _gather(facts: _Facts) -> list:
             findings.extend(_classify_exception(e, where))
     findings.extend(_worker_findings(facts))
     findings.extend(_main_findings(facts))
+    findings.extend(facts.live_findings)
     findings.extend(_stderr_findings(facts))
     for line in _startup_failures(facts)[:2]:
         findings.append(_Finding("worker_exit", f"stderr: a spawned worker failed while starting: {_short(line)}",
                                  strong=False, detail=line))
+    if re.search(r"SemLock\._rebuild", facts.stderr) and "FileNotFoundError" in facts.stderr:
+        facts.notes.append("a spawned worker could not open a multiprocessing semaphore (/dev/shm/sem.mp-*) of "
+                           "its parent: something removed it from /dev/shm while the worker started (a /dev/shm "
+                           "clean-up by another job, systemd RemoveIPC=yes)")
     return findings
 
 
@@ -614,6 +656,14 @@ def _loader_escape(facts: _Facts) -> Optional[_Exc]:
                                                        facts.chains[0][0].traceback or ""):
         return facts.chains[0][0]
     return None
+
+
+def _single_process(facts: _Facts) -> bool:
+    """True when the DataLoader ran without workers (or we cannot tell and no worker was seen)."""
+    counts = [it.get("num_workers") for it in facts.iters if it.get("num_workers") is not None]
+    if counts:
+        return all(n == 0 for n in counts)
+    return not facts.workers
 
 
 def _choose(facts: _Facts, findings: list) -> tuple:
@@ -656,6 +706,10 @@ def _summary(cause: str, facts: _Facts, mine: list) -> str:
         "cuda_in_worker": "CUDA was touched inside a DataLoader worker (or on a build without CUDA)",
         UNKNOWN: "the run failed, but not in a DataLoader",
     }[cause]
+    if cause == "native_crash":
+        m = re.search(r"killed by (SIG\w+)", " ".join(f.text for f in mine))
+        if m:
+            text = f"a worker was killed by {m.group(1)} in native code (a crash in C/C++, not a Python error)"
     if cause == "oom_killed" and any("watchdog" in f.text for f in mine):
         text += "; here the lab's memory watchdog did it"
     if cause == "worker_exit":
@@ -771,9 +825,9 @@ def environment_probes(options: Optional[dict] = None, iters: Optional[list] = N
         lines.append(line)
     if live:
         main = sys.modules.get("__main__")
-        if main is not None and not getattr(main, "__file__", None):
-            lines.append("this __main__ has no __file__ (notebook or -c): spawn/forkserver workers cannot "
-                         "import classes defined here")
+        if main is not None and not _main_file_ok(main):
+            lines.append("this __main__ has no file a new process could import (notebook, stdin or -c): "
+                         "spawn/forkserver workers cannot import classes defined here")
         torch = sys.modules.get("torch")
         if torch is not None:
             try:
@@ -807,11 +861,12 @@ def explain(obj) -> Diagnosis:
     if cause is None:
         if not failed:
             cause, conf = "ok", "high"
-        elif facts.chains and _loader_escape(facts) is not None:
+        elif _loader_escape(facts) is not None and _single_process(facts):
             e = _loader_escape(facts)
             cause, conf = "worker_exception", "medium"
             mine = [_Finding("worker_exception", f"{e.type}: {_short(e.message)} escaped the DataLoader "
-                             "iterator (raised by the Dataset/collate_fn in the main process, num_workers=0)")]
+                             "iterator (raised by the Dataset/collate_fn in the main process, num_workers=0)",
+                             detail=f"{e.type}: {_short(e.message, 120)}")]
         else:
             cause, conf = UNKNOWN, "medium"
             e = facts.chains[0][0] if facts.chains and facts.chains[0] else None

@@ -219,9 +219,10 @@ def test_timeout():
 
 
 def test_hang():
-    d = explain(result(outcome="timed_out", returncode=-9, reason="no result within 8 s",
-                       stderr='Thread 0x1 (most recent call first):\n  File "/x/dataloader.py", line 1, in _try_get_data\n'))
+    dump = 'Thread 0x1 (most recent call first):\n  File "/x/dataloader.py", line 1, in _try_get_data\n'
+    d = explain(result(outcome="timed_out", returncode=-9, reason="no result within 8 s", stderr=dump))
     assert d.cause == "hang"
+    assert any("waiting for a batch" in e for e in d.evidence)
 
 
 def test_cuda_in_worker_cpu_build():
@@ -334,6 +335,22 @@ def test_live_sigkilled_worker():
     d = explain(info.value)
     assert d.cause == "oom_killed"
     assert any("SIGKILL" in e or "Killed" in e for e in d.evidence)
+
+
+def test_live_spawn_from_a_fileless_main_is_main_not_importable(monkeypatch):
+    import types
+
+    from torch.utils.data import DataLoader
+
+    fake_main = types.ModuleType("__main__")  # like a notebook kernel: no __file__
+    cls = type("NotebookData", (_Raises,), {"__module__": "__main__"})
+    fake_main.NotebookData = cls
+    monkeypatch.setitem(sys.modules, "__main__", fake_main)
+    with pytest.raises(RuntimeError) as info:
+        list(DataLoader(cls(), batch_size=2, num_workers=1, multiprocessing_context="spawn"))
+    d = explain(info.value)
+    assert d.cause == "main_not_importable"
+    assert any("no file a new process could import" in e for e in d.evidence)
 
 
 # --------------------------------------------------------------------------- the diagnose CLI

@@ -1,6 +1,6 @@
 """Tokenise sentences with a vocabulary that a background thread downloads while training starts.
 
-The loader gives up on a batch that takes longer than 5 s.
+The loader gives up on a batch that takes longer than 2 s.
 """
 
 import threading
@@ -35,5 +35,5 @@ if __name__ == "__main__":
     started = threading.Event()
     threading.Thread(target=load_vocabulary, args=(started,), daemon=True).start()
     started.wait()
-    for batch in DataLoader(Sentences(), batch_size=8, num_workers=1, timeout=5):
+    for batch in DataLoader(Sentences(), batch_size=8, num_workers=1, timeout=2):
         print("batch", tuple(batch.shape))
