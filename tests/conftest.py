@@ -27,7 +27,12 @@ def no_leaks():
 
     me = psutil.Process()
     helpers = ("resource_tracker", "forkserver")  # multiprocessing's own per-session helpers
-    alive = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE
-             and not any(h in " ".join(p.cmdline()) for h in helpers)]
+    import gc
+
+    gc.collect()  # a finished DataLoader iterator shuts its workers down when it is collected
+    children = [p for p in me.children(recursive=True)
+                if not any(h in " ".join(p.cmdline()) for h in helpers)]
+    _gone, alive = psutil.wait_procs(children, timeout=10)  # workers get a moment to exit
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"processes left running: {[(p.pid, p.name()) for p in alive]}"
     assert labutils.find_strays() == [], "processes of finished isolated runs are still alive"
