@@ -252,6 +252,9 @@ class _Facts:
 # --------------------------------------------------------------------------- message patterns
 _WRAPPER = re.compile(r"^\W?Caught (\w[\w.]*) in (DataLoader worker process (\d+)|pin memory thread[^.]*)")
 _TIMEOUT = re.compile(r"^DataLoader timed out after ([\d.]+) seconds")
+_RACE_TYPES = {"FileNotFoundError", "ConnectionResetError", "ConnectionRefusedError", "EOFError",
+               "BrokenPipeError"}
+_RACE_FRAMES = re.compile(r"rebuild_storage_fd|recvfds|resource_sharer|multiprocessing/reduction\.py")
 _DIED = re.compile(r"^DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
 _KILLED = re.compile(r"^DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)")
 _EXITCODE = re.compile(r"^DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (-?\d+)")
@@ -431,6 +434,11 @@ def _classify_exception(e: _Exc, where: str) -> list:
         return found
     if _TIMEOUT.match(head):
         found.append(_Finding("timeout", f"{where}: {e.type}: {_short(head)}"))
+        return found
+    if e.type in _RACE_TYPES and _RACE_FRAMES.search(e.traceback or ""):
+        found.append(_Finding("_died", f"{where}: {e.type}: {_short(head)} - raised while receiving a batch "
+                              "from a worker that had already exited (its end of the fd-passing socket is "
+                              "gone): a worker death seen from the other side; its exit status says why"))
         return found
     m = _KILLED.match(head)
     if m:
@@ -700,7 +708,8 @@ def _summary(cause: str, facts: _Facts, mine: list) -> str:
         "oom_killed": "a process was SIGKILLed for using too much memory (the OOM killer's signal)",
         "shm_exhausted": "shared memory (/dev/shm) ran out while workers passed batches to the main process",
         "fd_limit": "the run hit the open-files limit (RLIMIT_NOFILE) while passing batches between processes",
-        "worker_exit": "a worker exited with a non-zero exit code without a Python traceback",
+        "worker_exit": "a worker process ended early (an exit code, SIGTERM, or an exit(0) before its work was "
+                       "done) without a Python traceback",
         "timeout": "DataLoader(timeout=...) expired: a worker delivered no batch in time",
         "hang": "no progress until the run's time limit: a worker or the main process was stuck",
         "cuda_in_worker": "CUDA was touched inside a DataLoader worker (or on a build without CUDA)",

@@ -448,7 +448,7 @@ def pet_watchdog() -> None:
 # ---------------------------------------------------------------------------------- resilient loader
 
 _DEATH_MARKS = ("exited unexpectedly", "is killed by signal")
-_SHARING_FRAMES = ("rebuild_storage_fd", "rebuild_storage_filename")
+_SHARING_FRAMES = ("rebuild_storage_fd", "rebuild_storage_filename", "recvfds")
 
 
 def _chain(exc: Optional[BaseException]) -> Iterator[BaseException]:
@@ -464,8 +464,8 @@ def is_worker_death(exc: BaseException) -> bool:
 
     Matches the stable parts of PyTorch's messages: ``DataLoader worker (pid ...) exited unexpectedly``
     and ``... is killed by signal: ...``, and the race where the main process fails to fetch a dead
-    worker's tensor (an OSError raised in ``rebuild_storage_fd``). An exception *raised by* ``__getitem__``
-    or collate ("Caught ValueError in DataLoader worker process 0") is not a death.
+    worker's tensor (an OSError or EOFError raised in ``rebuild_storage_fd``/``recvfds``). An exception
+    *raised by* ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0") is not a death.
     """
     for e in _chain(exc):
         text = str(e)
@@ -475,7 +475,7 @@ def is_worker_death(exc: BaseException) -> bool:
             mark in text for mark in _DEATH_MARKS
         ):
             return True
-    if isinstance(exc, OSError):
+    if isinstance(exc, (OSError, EOFError)):  # EOFError: recvfds on a socket the dead worker closed
         tb = exc.__traceback__
         while tb is not None:
             if tb.tb_frame.f_code.co_name in _SHARING_FRAMES:

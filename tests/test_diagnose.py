@@ -432,3 +432,18 @@ def test_cli_script_that_catches_the_crash_and_exits_0(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "ignored: IndexError" in done.stdout  # the script's own output is shown
     assert "cause: worker_exception" in done.stdout
+
+
+RACE_TB = ('Traceback (most recent call last):\n  File ".../torch/multiprocessing/reductions.py", line 541, '
+           'in rebuild_storage_fd\n    fd = df.detach()\n  File ".../multiprocessing/resource_sharer.py", '
+           'line 57, in detach\nFileNotFoundError: [Errno 2] No such file or directory\n')
+
+
+def test_fetch_race_with_a_dead_worker_is_a_worker_death_not_a_dataset_error():
+    # FACTS.md: a worker that exits after sending a batch can make the main fail in rebuild_storage_fd.
+    race = ExceptionInfo("FileNotFoundError", "[Errno 2] No such file or directory", traceback=RACE_TB)
+    quiet = explain(result(exceptions=[race], workers=workers(0, 0)))
+    assert quiet.cause == "worker_exit" and quiet.cause != "worker_exception"
+    assert any("already exited" in line for line in quiet.evidence)
+    killed = explain(result(exceptions=[race], workers=workers(-9, 0)))
+    assert killed.cause == "oom_killed"
