@@ -9,9 +9,9 @@ IPython = pytest.importorskip("IPython")
 
 @pytest.fixture(scope="module")
 def shell():
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.core.interactiveshell import InteractiveShell
 
-    ip = start_ipython()
+    ip = InteractiveShell.instance()  # the session's shell if another test made one already
     ip.run_line_magic("load_ext", "labutils")
     return ip
 
