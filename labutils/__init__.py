@@ -14,6 +14,7 @@ Heavy or optional parts (torch, ipywidgets) are imported only when used, so that
 stays cheap inside an isolated run.
 """
 
+from . import startmethod as _startmethod
 from .channel import emit
 from .diagnose import Diagnosis, Fix, explain
 from .doctor import CheckResult, DoctorReport, doctor, shm_budget
@@ -54,3 +55,7 @@ def load_ipython_extension(ipython) -> None:
     from .magic import load_ipython_extension as _load
 
     _load(ipython)
+
+
+# The lab's start-method switch (LABUTILS_START_METHOD): the kernel gets the same default as every run.
+_startmethod.apply_requested()

@@ -145,6 +145,17 @@ def _watch_dataloader() -> None:
     sys.meta_path.insert(0, Finder())
 
 
+def _lab_default_start_method() -> None:
+    """Apply the lab's start-method switch (``LABUTILS_START_METHOD``) as a changed default, not a set one."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("_labutils_startmethod", os.path.join(here, "startmethod.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # by path: importing the package would cost the run its start-up time
+    module.apply_requested()
+
+
 def _finish(code: int) -> None:
     """Record the exit status of every process the main process started."""
     records = []
@@ -180,6 +191,8 @@ def main() -> int:
         import multiprocessing
 
         multiprocessing.set_start_method(cfg["start_method"], force=True)
+    elif os.environ.get("LABUTILS_START_METHOD"):
+        _lab_default_start_method()
 
     mode = cfg["mode"]
     code = 0

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+from . import startmethod as _startmethod
 from ._sizes import format_size, parse_size
 from .result import ExceptionInfo, ProcessInfo, RunResult
 
@@ -332,7 +333,11 @@ def run_isolated(
     if notebook_main and func is not None:
         raise IsolationError("notebook_main=True needs code= or file=, not func=")
 
-    options = {"start_method": start_method, "timeout": timeout, "memory_budget": budget, "shm_size": shm,
+    try:
+        lab_default = _startmethod.requested()
+    except ValueError as exc:
+        raise IsolationError(str(exc)) from None
+    options = {"start_method": start_method, "lab_default_start_method": lab_default, "timeout": timeout, "memory_budget": budget, "shm_size": shm,
                "nofile": nofile, "notebook_main": notebook_main, "env": dict(env or {})}
 
     prefix: list = []
