@@ -337,7 +337,8 @@ def run_isolated(
         lab_default = _startmethod.requested()
     except ValueError as exc:
         raise IsolationError(str(exc)) from None
-    options = {"start_method": start_method, "lab_default_start_method": lab_default, "timeout": timeout, "memory_budget": budget, "shm_size": shm,
+    options = {"start_method": start_method, "lab_default_start_method": lab_default,
+               "timeout": timeout, "memory_budget": budget, "shm_size": shm,
                "nofile": nofile, "notebook_main": notebook_main, "env": dict(env or {})}
 
     prefix: list = []
