@@ -50,10 +50,9 @@ def set_default(method: str) -> None:
     if default is None or concrete is None or not hasattr(default, "_default_context"):
         multiprocessing.set_start_method(method, force=True)
         return
+    # Only the default moves: where a start method was already chosen (set_start_method, or an explicit
+    # start_method= for the run), that choice stands, as it would on a newer Python.
     default._default_context = concrete
-    if getattr(default, "_actual_context", None) is not None and default._actual_context is not concrete:
-        # already fixed earlier (somebody called get_start_method() or set it): move it too
-        default._actual_context = concrete
 
 
 def apply_requested() -> Optional[str]:
