@@ -4,20 +4,28 @@
 exit code or signal of every worker, worker stderr, the run's limits) or a live exception caught in
 the learner's own kernel (``except RuntimeError as e: labutils.explain(e)``: the exception chain, the
 DataLoader iterator found in its traceback, and this process's environment). It returns a
-:class:`Diagnosis`: one cause id from :data:`CAUSES`, a one-line summary, the evidence used, and the
-fixes, each naming the notebook that demonstrates it.
+:class:`Diagnosis`: one cause id of the catalogue (:mod:`labutils.causes`), a one-line summary, the
+evidence used, and the fixes, each naming the notebook that demonstrates it.
 
 How a cause is chosen
 ---------------------
-Every piece of evidence becomes a *finding* ``(cause, strength, text)``. Structured evidence comes
-first: the exception types and the messages PyTorch itself writes (``Caught X in DataLoader worker
-process N``, ``DataLoader worker (pid N) is killed by signal``, ``DataLoader timed out``), worker exit
-codes and signals, the lab's watchdog kills, the run's outcome. Worker stderr lines are evidence too,
-except lines that only repeat an exception already recorded (so a message the user wrote cannot pose
-as a crash report). The cause is the finding highest in :data:`PRECEDENCE`: specific resource
-exhaustion (shm, fds) beats the generic symptoms it produces; start-up failures of spawn children
-beat the exit code or the hang they cause; a named Python exception beats a vague timeout; a hang
-(the runner's time limit) is the last resort.
+A message counts for a cause only where it was raised. Every exception carries its origin: the
+bootstrap of an isolated run records what escaped ``iter(loader)`` and ``next()``, and the frames of
+each traceback say whose code raised it (the user's, ``torch.utils.data``'s, multiprocessing's). A
+stderr traceback counts only when its frames show a child process printed it (a spawn child that
+failed while starting, a worker, a queue feeder thread) and a failure of the run corroborates it;
+stderr text alone never decides, and a run that ended well with no loader error is ``ok`` whatever
+its stderr says.
+
+Then the failure that ended the run is explained first: the exception that ended the script (or the
+signal that killed it, or the stall/time limit). If that exception did not come through the
+DataLoader, the cause is ``outside_loader``. Otherwise the findings of that failure (the loader's own
+exceptions, the worker exit statuses, child tracebacks, the memory watchdog or the kernel's OOM record)
+are ranked by :data:`PRECEDENCE`; echoes of a worker death (the generic ``exited unexpectedly``, a
+fetch from a dead worker's socket, ``Pin memory thread exited unexpectedly``) are labelled as such and
+decide only when nothing else does. An error the script caught earlier and survived is listed, not
+chosen; when the script caught the failure and finished, it is diagnosed by that failure and the
+summary says the script recovered.
 """
 
 from __future__ import annotations
@@ -25,57 +33,27 @@ from __future__ import annotations
 import html
 import os
 import re
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
-__all__ = ["CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "environment_probes", "explain"]
+from . import probes
+from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
 
-#: The fixed vocabulary (DESIGN.md). ``unsupported`` (the run could not start here) and ``unknown``
-#: (the run failed, but not in a DataLoader) are outside it: they name no loader failure.
-CAUSES = ("ok", "worker_exception", "unpicklable_dataset", "main_not_importable", "missing_main_guard",
-          "native_crash", "oom_killed", "shm_exhausted", "fd_limit", "worker_exit", "timeout", "hang",
-          "cuda_in_worker")
-UNSUPPORTED = "unsupported"
-UNKNOWN = "unknown"
-
-#: First found wins. Resource exhaustion is named before the symptoms it causes (an exception in a
-#: worker, a killed worker, a hang); spawn start-up failures before the exit code or hang they cause.
-PRECEDENCE = ("shm_exhausted", "fd_limit", "cuda_in_worker", "missing_main_guard", "main_not_importable",
-              "unpicklable_dataset", "native_crash", "oom_killed", "worker_exception", "timeout",
-              "worker_exit", "hang", UNKNOWN)
-
-NOTEBOOKS = {
-    "01": "01_read_the_error", "02": "02_spawn_and_pickling", "03": "03_corrupt_data",
-    "04": "04_memory_and_oom", "05": "05_shared_memory", "06": "06_file_descriptors",
-    "07": "07_hangs_and_timeouts",
-}
+__all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "environment_probes",
+           "explain", "is_worker_death", "worker_death_kind"]
 
 
-# =========================================================================== public result types
-@dataclass
-class Fix:
-    """One way out, and the notebook (stem, e.g. ``04_memory_and_oom``) that demonstrates it."""
-
-    text: str
-    notebook: str
-
-    @property
-    def path(self) -> str:
-        return f"notebooks/{self.notebook}.ipynb"
-
-    def __str__(self) -> str:
-        return f"{self.text}  [{self.path}]"
-
-
+# =========================================================================== public result type
 @dataclass
 class Diagnosis:
     """The cause of a run or exception, with the evidence used and the fixes.
 
     ``cause`` is one of :data:`CAUSES` (or ``unsupported`` / ``unknown``); ``confidence`` is
-    ``"high"`` (structured evidence: exit codes, signals, PyTorch's own messages), ``"medium"``
-    (stderr lines or message text only) or ``"low"`` (a fallback, e.g. a bare hang);
-    ``source`` is ``"run"`` for a RunResult and ``"exception"`` for a live exception.
+    ``"high"`` (structured evidence: exit codes, signals, PyTorch's own messages where PyTorch raised
+    them, the memory watchdog or the kernel's OOM record), ``"medium"`` (a message without its origin,
+    a child's stderr traceback) or ``"low"`` (a fallback: a bare hang, a SIGKILL with no memory
+    evidence); ``source`` is ``"run"`` for a RunResult and ``"exception"`` for a live exception.
+    ``recovered`` is True when the script caught the failure and finished anyway.
     """
 
     cause: str
@@ -84,10 +62,16 @@ class Diagnosis:
     fixes: list = field(default_factory=list)
     confidence: str = "high"
     source: str = "run"
+    recovered: bool = False
 
     @property
     def ok(self) -> bool:
         return self.cause == "ok"
+
+    @property
+    def blames_loader(self) -> bool:
+        """True when the cause is one of the data-loading causes (not ok, outside_loader or unknown)."""
+        return self.cause in LOADER_CAUSES
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -115,93 +99,63 @@ class Diagnosis:
                 + "</div>")
 
 
-# =========================================================================== fixes per cause
-_FIXES = {
-    "worker_exception": [
-        ("Read the inner exception after 'Original Traceback' (it names the file and line in your "
-         "Dataset or collate_fn); rerun with num_workers=0 to debug it in-process", "01"),
-        ("If some samples are bad, skip and record them (labutils.fixes.QuarantineDataset + collate_skip) "
-         "instead of returning zeros or letting one file stop the epoch", "03"),
-    ],
-    "unpicklable_dataset": [
-        ("Find the attribute that cannot be pickled: labutils.find_unpicklable(dataset)", "02"),
-        ("Open files, connections and locks lazily in each worker (labutils.fixes.LazyFile / "
-         "PerWorkerResource), not in __init__; keep collate_fn/worker_init_fn module-level functions, "
-         "not lambdas or local functions", "02"),
-        ("On Linux, multiprocessing_context='fork' avoids pickling (fork is unsafe with threads and CUDA)",
-         "02"),
-    ],
-    "main_not_importable": [
-        ("Move the Dataset class (and collate_fn, worker_init_fn) into a .py module and import it: "
-         "spawn/forkserver workers import classes by name and a notebook's __main__ has no file", "02"),
-        ("Run the training code as a script file (python train.py), not pasted into python -c or stdin",
-         "02"),
-        ("On Linux, multiprocessing_context='fork' needs no import of __main__", "02"),
-    ],
-    "missing_main_guard": [
-        ("Put the code that builds and iterates the DataLoader under `if __name__ == \"__main__\":` - "
-         "spawn/forkserver workers re-import your script and must not start workers themselves", "02"),
-    ],
-    "native_crash": [
-        ("A C extension crashed in the worker (decoder, OpenCV, a corrupt file): enable faulthandler in "
-         "workers (labutils.fixes.worker_init_seed_and_faulthandler) to see which sample and call", "03"),
-        ("Find and quarantine the file that crashes the decoder; validate data up front; update the "
-         "native library", "03"),
-        ("Rerun with num_workers=0 to get the crash in the main process under a debugger", "01"),
-    ],
-    "oom_killed": [
-        ("Reduce the memory each worker holds: fewer workers, smaller batch_size or prefetch_factor, "
-         "no caches that grow per sample", "04"),
-        ("Avoid copy-on-read: keep sample lists/metadata in numpy arrays or one byte buffer instead of "
-         "Python lists/dicts, and measure worker USS/PSS (not RSS)", "04"),
-        ("Check the container or cgroup memory limit (dmesg shows the kernel OOM killer's log)", "04"),
-    ],
-    "shm_exhausted": [
-        ("Give /dev/shm more room (docker run --shm-size=2g or --ipc=host; Kubernetes: an emptyDir "
-         "with medium: Memory on /dev/shm)", "05"),
-        ("Keep batch bytes x prefetch_factor x num_workers under the free /dev/shm "
-         "(labutils.doctor shows the budget)", "05"),
-    ],
-    "fd_limit": [
-        ("Raise the soft open-files limit (ulimit -n 65536, or resource.setrlimit at start-up)", "06"),
-        ("torch.multiprocessing.set_sharing_strategy('file_system') needs one fd per batch in flight, "
-         "not one per tensor kept alive", "06"),
-        ("Do not keep every batch alive: store what you need (.item(), .clone() of small tensors, "
-         "numpy copies) and let the batches go", "06"),
-    ],
-    "worker_exit": [
-        ("Something in the worker called sys.exit()/os._exit() or a library exited: rerun with "
-         "num_workers=0 to see it in-process, and read the worker stderr", "01"),
-        ("Enable faulthandler in workers (labutils.fixes.make_worker_init) to see the last stack", "07"),
-    ],
-    "timeout": [
-        ("A worker did not deliver a batch in time: dump the workers' stacks (labutils.fixes."
-         "make_worker_init(dump_after=...)) to see where they wait (lock, network, a deadlock after fork)",
-         "07"),
-        ("Raise DataLoader(timeout=...) only if loading is legitimately slow; otherwise fix the stuck "
-         "call (locks or threads created before fork, e.g. OpenCV/OpenMP)", "07"),
-    ],
-    "hang": [
-        ("Set DataLoader(timeout=...) so a stuck worker raises instead of hanging forever", "07"),
-        ("Dump the stacks of the stuck processes (faulthandler, py-spy dump) to see what they wait on",
-         "07"),
-        ("Bound the job with a watchdog / retry (labutils.fixes.ResilientLoader)", "07"),
-    ],
-    "cuda_in_worker": [
-        ("Keep workers on the CPU: return CPU tensors from __getitem__ and move each batch to the device "
-         "in the training loop (pin_memory=True, batch.to(device, non_blocking=True))", "02"),
-        ("Pick the device once: device = 'cuda' if torch.cuda.is_available() else 'cpu'", "02"),
-        ("If workers must touch CUDA, use multiprocessing_context='spawn' (CUDA cannot be used in a "
-         "forked child)", "02"),
-    ],
-    UNKNOWN: [
-        ("Read the exception above: it did not come from a DataLoader worker", "01"),
-    ],
-}
+def _fixes(cause: str, variant: Optional[str] = None) -> list:
+    return fixes_for(cause, variant)
 
 
-def _fixes(cause: str) -> list:
-    return [Fix(text, NOTEBOOKS[nb]) for text, nb in _FIXES.get(cause, [])]
+# =========================================================================== frames: whose code raised it
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _frame_kind(path: str) -> str:
+    """``loader`` (torch.utils.data), ``mp`` (multiprocessing, torch.multiprocessing), ``torch``, ``lib``
+    (stdlib or an installed package), ``boot`` (the runner's bootstrap, runpy, a spawn child's ``-c``)
+    or ``user`` (everything else: the script and its own modules)."""
+    p = path.replace("\\", "/")
+    if "/torch/utils/data/" in p:
+        return "loader"
+    if "/multiprocessing/" in p:
+        return "mp"
+    if "/torch/" in p or "/torch/_" in p:
+        return "torch"
+    if p.endswith("labutils/_bootstrap.py") or p.endswith("/runpy.py") or p in ("<string>", "<stdin>"):
+        return "boot"
+    if p.startswith("<frozen") or "/site-packages/" in p or "/dist-packages/" in p:
+        return "lib"
+    if re.search(r"/lib/python\d\.\d+/", p) or re.search(r"/lib/pypy", p):
+        return "lib"
+    if "/IPython/" in p or "/ipykernel/" in p:
+        return "boot"
+    return "user"
+
+
+def _frames(text: str) -> list:
+    """``(path, line, function, kind, source line)`` of every frame in a traceback's text."""
+    out = []
+    lines = (text or "").splitlines()
+    for i, line in enumerate(lines):
+        m = _FRAME.match(line)
+        if m:
+            src = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) else ""
+            out.append((m.group(1), int(m.group(2)), m.group(3), _frame_kind(m.group(1)), src))
+    return out
+
+
+def _inner_traceback(message: str) -> str:
+    """The worker's traceback quoted after ``Original Traceback`` in a ``Caught X`` message."""
+    _, sep, tail = (message or "").partition("Original Traceback (most recent call last):")
+    return tail if sep else ""
+
+
+def _inner_line(message: str) -> str:
+    """The last ``Type: message`` line of the worker traceback quoted in a ``Caught X`` message."""
+    tail = _inner_traceback(message)
+    body = tail or message
+    last = ""
+    for line in body.splitlines():
+        if line and not line[0].isspace() and not line.startswith("Traceback ("):
+            last = line
+    return last.strip() or (message.splitlines()[0] if message else "")
 
 
 # =========================================================================== evidence model
@@ -211,7 +165,25 @@ class _Exc:
     message: str
     traceback: str = ""
     link: Optional[str] = None
-    origin: str = "main"  # "main" (ended the script), "loader" (escaped next(), maybe caught), "live"
+    origin: str = "ended"  # "ended" (ended the script), "next"/"init" (escaped the loader), "live"
+    t: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        self.frames = [f for f in _frames(self.traceback) if f[3] != "boot"]
+
+    @property
+    def head(self) -> str:
+        msg = (self.message or "").strip()
+        return msg.splitlines()[0] if msg else ""
+
+    @property
+    def kinds(self) -> set:
+        return {f[3] for f in self.frames}
+
+    @property
+    def raised_in(self) -> Optional[str]:
+        """Kind of the innermost frame (where the exception was raised), None without frames."""
+        return self.frames[-1][3] if self.frames else None
 
 
 @dataclass
@@ -220,64 +192,90 @@ class _Worker:
     exitcode: Optional[int]
     role: str = "dataloader_worker"
     watchdog: bool = False
+    kernel_oom: bool = False
+    peak_rss: Optional[int] = None
 
 
 @dataclass
 class _Finding:
     cause: str
     text: str
-    strong: bool = True
+    conf: str = "high"  # high / medium / low
     detail: str = ""  # e.g. the inner worker error, for the summary
+    echo: bool = False  # a consequence of a worker death, not its reason
+    variant: Optional[str] = None  # a catalogue variant (summary and fixes) for this evidence
+    pid: Optional[int] = None  # the process it is about, where known
+
+
+@dataclass
+class _Printed:
+    """A traceback found in stderr, with the kind of process its frames say printed it."""
+
+    who: str  # "child_start", "worker", "mp_child", "feeder", "other"
+    body: str
+    last: str
 
 
 @dataclass
 class _Facts:
     source: str
-    chains: list = field(default_factory=list)  # list of list[_Exc]
-    workers: list = field(default_factory=list)  # list[_Worker]
+    ended: list = field(default_factory=list)  # the chain that ended the script (or a live chain)
+    loader_errors: list = field(default_factory=list)  # chains that escaped next()/iter(), in time order
+    workers: list = field(default_factory=list)
     stderr: str = ""
     outcome: Optional[str] = None
     returncode: Optional[int] = None
     main_signal: Optional[int] = None
     watchdog_kills: list = field(default_factory=list)
-    iters: list = field(default_factory=list)  # loader "iter" events
+    iters: list = field(default_factory=list)
     options: dict = field(default_factory=dict)
     reason: Optional[str] = None
-    notes: list = field(default_factory=list)  # extra evidence lines gathered on the way
+    notes: list = field(default_factory=list)
     live_dataset: Any = None
-    escaped: list = field(default_factory=list)  # first exception of every chain that escaped next()
-    live_findings: list = field(default_factory=list)  # inferred from the live iterator and __main__
+    live_findings: list = field(default_factory=list)
+    memory_limit: Optional[dict] = None
+    stall: Optional[dict] = None
+    stacks: dict = field(default_factory=dict)
+    batches: Optional[int] = None
+    env: dict = field(default_factory=dict)
+    kernel_record: Any = None  # callable(pids) -> dict|None, read only when a SIGKILL needs it
 
 
 # --------------------------------------------------------------------------- message patterns
 _WRAPPER = re.compile(r"^\W?Caught (\w[\w.]*) in (DataLoader worker process (\d+)|pin memory thread[^.]*)")
 _TIMEOUT = re.compile(r"^DataLoader timed out after ([\d.]+) seconds")
 _RACE_TYPES = {"FileNotFoundError", "ConnectionResetError", "ConnectionRefusedError", "EOFError",
-               "BrokenPipeError"}
-_RACE_FRAMES = re.compile(r"rebuild_storage_fd|recvfds|resource_sharer|multiprocessing/reduction\.py")
+               "BrokenPipeError", "ConnectionAbortedError"}
+_RACE_FUNCS = {"rebuild_storage_fd", "rebuild_storage_filename", "recvfds", "detach", "_recv", "recv",
+               "_recv_bytes", "recv_bytes", "rebuild_tensor", "rebuild_cuda_tensor", "_rebuild"}
 _DIED = re.compile(r"^DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
 _KILLED = re.compile(r"^DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)")
 _EXITCODE = re.compile(r"^DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (-?\d+)")
+_PIN_DIED = re.compile(r"^Pin memory thread exited unexpectedly")
 _SHM = re.compile(r"unable to (allocate|open|write to|mmap)[^\n]*shared memory|"
+                  r"unable to write to file </torch_|"
                   r"No space left on device[^\n]*(torch_|/dev/shm)|(torch_|/dev/shm)[^\n]*No space left on device|"
-                  r"Unexpected bus error encountered in worker|out of shared memory", re.I)
+                  r"out of shared memory", re.I)
 _FD = re.compile(r"Too many open files|\[Errno 24\]|received 0 items of ancdata|EMFILE")
 _CUDA = re.compile(r"Torch not compiled with CUDA enabled|re-initialize CUDA in forked subprocess|"
                    r"CUDA error|Found no NVIDIA driver|No CUDA GPUs are available|"
-                   r"CUDA driver initialization failed|cudaGetDeviceCount")
+                   r"CUDA driver initialization failed")
 _GUARD = re.compile(r"attempt has been made to start a new process before the\s+current process has "
                     r"finished its bootstrapping phase")
 _MAIN_ATTR = re.compile(r"Can't get attribute '([^']+)' on <module '(__main__|__mp_main__)'")
 _STDIN_MAIN = re.compile(r"No such file or directory: '[^']*<stdin>'")
 _PICKLE = re.compile(r"cannot pickle|can't pickle|Can't get local object|pickle error|"
                      r"attribute lookup .* failed|is not picklable|PicklingError", re.I)
-_SEGV_LINE = re.compile(r"Unexpected (segmentation fault|floating-point exception) encountered in worker")
-# Only these exception types can carry a resource or CUDA failure out of a worker; a ValueError that
-# merely mentions "Too many open files" is the user's own exception.
+_SEGV_LINE = re.compile(r"^ERROR: Unexpected (segmentation fault|floating-point exception|bus error) "
+                        r"encountered in worker", re.M)
+_TORCH_WARNING = re.compile(r"^(\S*/torch/utils/data/\S+\.py):\d+: (\w+Warning): (.*)$", re.M)
+# Only these exception types can carry a resource or CUDA failure; a ValueError that merely mentions
+# "Too many open files" is the user's own exception.
 _RESOURCE_TYPES = {"RuntimeError", "OSError", "PermissionError", "BlockingIOError", "ConnectionError",
-                   "FileNotFoundError", "MemoryError"}
+                   "FileNotFoundError", "MemoryError", "IOError"}
 _CUDA_TYPES = {"AssertionError", "RuntimeError", "AcceleratorError", "CudaError", "DeferredCudaCallError",
                "OutOfMemoryError"}
+_PICKLE_TYPES = {"TypeError", "PicklingError", "AttributeError", "PickleError", "NotImplementedError"}
 _SIGNAL_WORDS = {"Killed": 9, "Segmentation fault": 11, "Bus error": 7, "Aborted": 6,
                  "Floating point exception": 8, "Illegal instruction": 4, "Terminated": 15}
 _NATIVE_SIGNALS = {11: "SIGSEGV", 8: "SIGFPE", 6: "SIGABRT", 4: "SIGILL", 5: "SIGTRAP", 31: "SIGSYS"}
@@ -293,56 +291,75 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _inner_line(message: str) -> str:
-    """The last ``Type: message`` line of the worker traceback quoted in a ``Caught X`` message."""
-    _, sep, tail = message.partition("Original Traceback (most recent call last):")
-    body = tail if sep else message
-    last = ""
-    for line in body.splitlines():
-        if line and not line[0].isspace() and not line.startswith("Traceback ("):
-            last = line
-    return last.strip() or message.splitlines()[0]
+# =========================================================================== the worker-death detector
+def worker_death_kind(e) -> Optional[str]:
+    """What a single exception says about a worker death, judged by PyTorch's own messages and frames.
+
+    ``"killed"`` (killed by signal), ``"exitcode"`` (exited with a code), ``"died"`` (the generic
+    ``exited unexpectedly``), ``"race"`` (the main process failed to fetch a batch from a worker that had
+    already exited: a socket or fd of the dead worker gone), ``"pin"`` (the pin-memory thread's echo), or
+    None. ``e`` is an exception or an internal record with ``type``, ``message`` and ``traceback``.
+    """
+    if isinstance(e, BaseException):
+        e = _live_exc(e, None)
+    head = e.head
+    if _WRAPPER.match((e.message or "").strip()):
+        return None  # an exception raised inside a live worker, re-raised: no death
+    if _KILLED.match(head):
+        return "killed"
+    if _EXITCODE.match(head):
+        return "exitcode"
+    if _DIED.match(head):
+        return "died"
+    if _PIN_DIED.match(head):
+        return "pin"
+    if e.type in _RACE_TYPES and e.frames:
+        funcs = {f[2] for f in e.frames}
+        if funcs & {"rebuild_storage_fd", "rebuild_storage_filename", "recvfds"} or (
+                e.kinds & {"mp"} and funcs & _RACE_FUNCS and "loader" in e.kinds | {"torch"}):
+            return "race"
+    return None
+
+
+def is_worker_death(exc: BaseException) -> bool:
+    """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
+
+    The one detector of the lab (:class:`labutils.fixes.ResilientLoader` restarts on it and the
+    diagnosis uses it): PyTorch's own ``DataLoader worker (pid ...) exited unexpectedly`` /
+    ``... is killed by signal: ...``, and the race where the main process fails to fetch a dead worker's
+    tensor (an EOFError or connection/file error raised in ``rebuild_storage_fd``/``recvfds``). An
+    exception *raised by* ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0")
+    is not a death, and neither is the pin-memory thread's message on its own.
+    """
+    chain = [e for _, e in _chain_of(exc)]
+    for e in chain:
+        if _WRAPPER.match((e.message or "").strip()):
+            return False
+        if worker_death_kind(e) in ("killed", "exitcode", "died", "race"):
+            return True
+    return False
 
 
 # =========================================================================== gathering
-def _facts_from_result(result) -> _Facts:
-    facts = _Facts(source="run", outcome=result.outcome, returncode=result.returncode,
-                   main_signal=result.signal, stderr=result.stderr or "",
-                   watchdog_kills=list(result.watchdog_kills or []), options=dict(result.options or {}),
-                   reason=result.reason)
-    main_chain = [_Exc(e.type, e.message, e.traceback, e.link, "main") for e in result.exceptions]
-    seen_msgs = set()
-    if main_chain:
-        facts.chains.append(main_chain)
-        seen_msgs = {(e.type, e.message) for e in main_chain}
-    for chain in result.loader_errors:
-        excs = [_Exc(e.type, e.message, e.traceback, e.link, "loader") for e in chain]
-        if excs:
-            facts.escaped.append(excs[0])
-        if excs and {(e.type, e.message) for e in excs} <= seen_msgs:
-            continue  # the same chain that ended the script
-        facts.chains.append(excs)
-    for w in result.workers:
-        facts.workers.append(_Worker(w.pid, w.exitcode, w.role, bool(w.killed_by_watchdog)))
-    facts.iters = [ev for ev in result.loader_events if ev.get("event") == "iter"]
-    return facts
+def _live_exc(exc: BaseException, link: Optional[str]) -> _Exc:
+    import traceback as tb_mod
+
+    try:
+        tb = "".join(tb_mod.format_exception(type(exc), exc, exc.__traceback__, chain=False))
+    except Exception:  # noqa: BLE001 - a broken __str__ must not stop the diagnosis
+        tb = ""
+    try:
+        msg = str(exc)
+    except Exception:  # noqa: BLE001
+        msg = repr(exc)
+    return _Exc(type(exc).__qualname__, msg, tb, link, "live")
 
 
 def _chain_of(exc: BaseException) -> list:
-    import traceback as tb_mod
-
     out, seen, link = [], set(), None
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        try:
-            tb = "".join(tb_mod.format_exception(type(exc), exc, exc.__traceback__, chain=False))
-        except Exception:  # noqa: BLE001 - a broken __str__ must not stop the diagnosis
-            tb = ""
-        try:
-            msg = str(exc)
-        except Exception:  # noqa: BLE001
-            msg = repr(exc)
-        out.append((exc, _Exc(type(exc).__qualname__, msg, tb, link, "live")))
+        out.append((exc, _live_exc(exc, link)))
         if exc.__cause__ is not None:
             exc, link = exc.__cause__, "cause"
         elif exc.__context__ is not None and not exc.__suppress_context__:
@@ -350,6 +367,45 @@ def _chain_of(exc: BaseException) -> list:
         else:
             exc = None
     return out
+
+
+def _get(obj, name, default=None):
+    value = getattr(obj, name, default)
+    return default if value is None else value
+
+
+def _facts_from_result(result) -> _Facts:
+    facts = _Facts(source="run", outcome=result.outcome, returncode=result.returncode,
+                   main_signal=result.signal, stderr=(result.stderr or "").replace("\r", ""),
+                   watchdog_kills=list(result.watchdog_kills or []), options=dict(result.options or {}),
+                   reason=result.reason)
+    facts.ended = [_Exc(e.type, e.message, e.traceback, e.link, "ended") for e in result.exceptions]
+    events = list(result.loader_events or [])
+    for ev in events:
+        kind = ev.get("event")
+        if kind in ("error", "init_error") and ev.get("chain"):
+            origin = "init" if kind == "init_error" else "next"
+            chain = [_Exc(c.get("type", "?"), c.get("message", ""), c.get("traceback", ""), c.get("link"),
+                          origin, ev.get("t")) for c in ev["chain"]]
+            facts.loader_errors.append(chain)
+    facts.iters = [ev for ev in events if ev.get("event") == "iter"]
+    counts = [ev.get("batches") for ev in events if ev.get("event") == "progress"
+              and isinstance(ev.get("batches"), int)]
+    progress = getattr(result, "progress", None)
+    if isinstance(progress, (list, tuple)):
+        counts += [p.get("batches") for p in progress if isinstance(p, dict) and isinstance(p.get("batches"), int)]
+    elif isinstance(progress, int):
+        counts.append(progress)
+    facts.batches = max(counts) if counts else None
+    for w in result.workers:
+        facts.workers.append(_Worker(w.pid, w.exitcode, w.role, bool(w.killed_by_watchdog),
+                                     bool(getattr(w, "killed_by_kernel_oom", False)), w.peak_rss))
+    facts.memory_limit = getattr(result, "memory_limit", None)
+    facts.stall = getattr(result, "stall", None)
+    facts.stacks = dict(getattr(result, "stacks", None) or {})
+    facts.env = dict(facts.options.get("env") or {})
+    facts.kernel_record = probes.kernel_oom_record
+    return facts
 
 
 def _find_loader_iter(excs: Iterable[BaseException]):
@@ -364,15 +420,10 @@ def _find_loader_iter(excs: Iterable[BaseException]):
     return None
 
 
-def _main_file_ok(main) -> bool:
-    path = getattr(main, "__file__", None)
-    return bool(path) and os.path.isfile(path)
-
-
 def _facts_from_exception(exc: BaseException) -> _Facts:
     facts = _Facts(source="exception", outcome="failed")
     pairs = _chain_of(exc)
-    facts.chains.append([e for _, e in pairs])
+    facts.ended = [e for _, e in pairs]
     facts.notes.append("explained from the exception chain and this process's environment only: worker "
                        "stderr and the exit codes of workers that are gone are not available here "
                        "(run it with labutils.run_isolated or `python -m labutils diagnose` for those)")
@@ -388,93 +439,132 @@ def _facts_from_exception(exc: BaseException) -> _Facts:
             facts.workers.append(_Worker(getattr(w, "pid", None), code))
             method = method or getattr(type(w), "_start_method", None)
         if workers and method is None:  # the default context: its Process class names no method
-            import multiprocessing
-
-            method = (multiprocessing.get_start_method(allow_none=True)
-                      or multiprocessing.get_all_start_methods()[0])
+            method = probes.default_start_method()
         ds = getattr(it, "_dataset", None)
         facts.live_dataset = ds
-        main = sys.modules.get("__main__")
         ds_module = type(ds).__module__ if ds is not None else None
         codes = [w.exitcode for w in facts.workers]
         if (method in ("spawn", "forkserver") and ds_module == "__main__"
-                and not _main_file_ok(main) and any(c == 1 for c in codes)):
+                and not probes.main_importable() and any(c == 1 for c in codes)):
             facts.live_findings.append(_Finding(
                 "main_not_importable", f"workers exited with code 1 at start-up under {method}, and the "
                 f"dataset class {type(ds).__qualname__} lives in this __main__, which has no file to import "
-                "it from", strong=False))
+                "it from", conf="medium"))
         facts.iters.append({"event": "iter", "num_workers": getattr(it, "_num_workers", None),
                             "timeout": getattr(it, "_timeout", None), "start_method": method,
                             "dataset": type(ds).__module__ + "." + type(ds).__qualname__ if ds is not None
                             else None})
+    facts.env = dict(os.environ)
+    facts.kernel_record = probes.kernel_oom_record
     return facts
 
 
-# =========================================================================== rules
-def _classify_exception(e: _Exc, where: str) -> list:
-    """Findings from one exception of a chain. ``where`` describes the chain for evidence lines."""
+# =========================================================================== origin
+def _through_loader(e: _Exc) -> Optional[bool]:
+    """Did this exception come out of the DataLoader (its iterator, its worker start, a re-raise)?
+
+    True for what the bootstrap caught escaping ``iter()``/``next()`` and for any traceback with a frame
+    of torch.utils.data; False for a traceback without one; None when there is no traceback at all (an
+    exception built by hand: only its message is left to judge).
+    """
+    if e.origin in ("next", "init"):
+        return True
+    if not e.frames:
+        return None
+    return "loader" in e.kinds or worker_death_kind(e) == "race"
+
+
+def _is_echo_of_death(e: _Exc) -> bool:
+    return worker_death_kind(e) in ("died", "race", "pin")
+
+
+# =========================================================================== rules for one exception
+def _classify(e: _Exc, where: str, single_process: bool) -> list:
+    """Findings from one exception that came through the loader (or whose origin is unknown)."""
     msg = e.message or ""
-    head = msg.strip().splitlines()[0] if msg.strip() else ""
-    found = []
+    head = e.head
+    bare = _through_loader(e) is None
+    conf = "medium" if bare else "high"
     m = _WRAPPER.match(msg.strip())
     if m:
-        inner_type, place = m.group(1), m.group(2)
-        inner = _inner_line(msg)
-        said = f"{where}: {e.type} 'Caught {inner_type} in {place}' - inner error: {_short(inner)}"
-        if inner_type in _RESOURCE_TYPES and _SHM.search(inner):
-            found.append(_Finding("shm_exhausted", said + " (a shared-memory allocation failed in the worker)"))
-        elif inner_type in _RESOURCE_TYPES and _FD.search(inner):
-            found.append(_Finding("fd_limit", said + " (the worker ran out of file descriptors)"))
-        elif inner_type in _CUDA_TYPES and _CUDA.search(inner):
-            found.append(_Finding("cuda_in_worker", said + " (CUDA used inside a DataLoader worker)"))
-        elif _MAIN_ATTR.search(inner):
-            found.append(_Finding("main_not_importable", said))
-        else:
-            found.append(_Finding("worker_exception", said, detail=_short(inner, 120)))
-        return found
+        return [_classify_wrapper(e, m, where, conf)]
     if _TIMEOUT.match(head):
-        found.append(_Finding("timeout", f"{where}: {e.type}: {_short(head)}"))
-        return found
-    if e.type in _RACE_TYPES and _RACE_FRAMES.search(e.traceback or ""):
-        found.append(_Finding("_died", f"{where}: {e.type}: {_short(head)} - raised while receiving a batch "
-                              "from a worker that had already exited (its end of the fd-passing socket is "
-                              "gone): a worker death seen from the other side; its exit status says why"))
-        return found
-    m = _KILLED.match(head)
-    if m:
-        word = m.group(2).strip()
+        return [_Finding("timeout", f"{where}: {e.type}: {_short(head)}", conf)]
+    kind = worker_death_kind(e)
+    if kind == "race":
+        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} - raised while receiving a batch from "
+                         "a worker that had already exited (its end of the fd-passing socket is gone): an echo "
+                         "of the worker's death; its exit status says why", "low", echo=True)]
+    if kind == "killed":
+        km = _KILLED.match(head)
+        word = km.group(2).strip()
         sig = next((n for w, n in _SIGNAL_WORDS.items() if word.startswith(w)), None)
-        text = f"{where}: PyTorch reports worker pid {m.group(1)} killed by signal: {word}"
-        found.append(_Finding(_cause_for_signal(sig) if sig else "worker_exit", text))
-        return found
-    m = _EXITCODE.match(head)
-    if m:
-        found.append(_Finding("worker_exit", f"{where}: PyTorch reports worker pid {m.group(1)} exited with "
-                              f"exit code {m.group(2)}", strong=False))
-        return found
-    if _DIED.match(head):
-        found.append(_Finding("_died", f"{where}: {e.type}: {_short(head)} (the generic message; the reason "
-                              "is in the chain below it and in the worker exit status)"))
-        return found
-    if _GUARD.search(msg):
-        found.append(_Finding("missing_main_guard", f"{where}: {e.type}: {_short(head)}"))
-    elif _MAIN_ATTR.search(msg):
-        found.append(_Finding("main_not_importable", f"{where}: {e.type}: {_short(head)}"))
-    elif e.type in _RESOURCE_TYPES and _SHM.search(msg):
-        found.append(_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)}"))
-    elif e.type in _RESOURCE_TYPES and _FD.search(msg):
-        found.append(_Finding("fd_limit", f"{where}: {e.type}: {_short(head)}"))
-    elif e.type in _CUDA_TYPES and _CUDA.search(msg):
-        found.append(_Finding("cuda_in_worker", f"{where}: {e.type}: {_short(head)}"))
-    elif (e.type in ("TypeError", "PicklingError", "AttributeError", "PickleError")
-          and _PICKLE.search(msg)
-          and (not e.traceback or re.search(r"multiprocessing|reduction|popen_|pickle", e.traceback))):
-        found.append(_Finding("unpicklable_dataset", f"{where}: {e.type}: {_short(head)} (raised while "
-                              "sending the dataset/collate_fn/worker_init_fn to a new worker)"))
-    return found
+        text = f"{where}: PyTorch reports worker pid {km.group(1)} killed by signal: {word}"
+        cause = _cause_for_signal(sig) if sig else "worker_exit"
+        if sig == 9:  # PyTorch saw a SIGKILL; whether it was for memory needs memory evidence
+            return [_Finding(cause, text + " (SIGKILL: the OOM killer's signal, and also that of kill -9 and "
+                             "preemptions)", "low", variant="no_memory_evidence", pid=int(km.group(1)))]
+        return [_Finding(cause, text, conf, detail=str(sig or ""),
+                         variant="sigterm" if sig == 15 else None, pid=int(km.group(1)))]
+    if kind == "exitcode":
+        em = _EXITCODE.match(head)
+        return [_Finding("worker_exit", f"{where}: PyTorch reports worker pid {em.group(1)} exited with exit "
+                         f"code {em.group(2)}", "medium", detail=f"code {em.group(2)}")]
+    if kind == "died":
+        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} (the generic message: an echo of the "
+                         "death; the reason is in the chain below it and in the worker exit status)", "low",
+                         echo=True)]
+    if kind == "pin":
+        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} (the pin-memory thread stopped because "
+                         "a worker or the loader failed first: an echo)", "low", echo=True)]
+    funcs = {f[2] for f in e.frames}
+    spawn_frames = bool(e.kinds & {"mp"})
+    if _GUARD.search(msg) and (bare or spawn_frames):
+        return [_Finding("missing_main_guard", f"{where}: {e.type}: {_short(head)}", conf)]
+    if _MAIN_ATTR.search(msg) and (bare or spawn_frames) and e.raised_in != "user":
+        return [_Finding("main_not_importable", f"{where}: {e.type}: {_short(head)}", conf)]
+    if e.type in _RESOURCE_TYPES and _SHM.search(msg):
+        return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)}", conf)]
+    if e.type in _RESOURCE_TYPES and _FD.search(msg):
+        if e.raised_in in ("user", "lib") and "mp" not in e.kinds:
+            line = next((f for f in reversed(e.frames) if f[3] in ("user", "lib")), None)
+            at = f" at {os.path.basename(line[0])}:{line[1]} in {line[2]}" if line else ""
+            return [_Finding("fd_limit", f"{where}: {e.type}: {_short(head)} - raised by the Dataset's own "
+                             f"file opening{at}", conf, variant="user_leak",
+                             detail=f"{line[2]}: {line[4]}" if line else "")]
+        return [_Finding("fd_limit", f"{where}: {e.type}: {_short(head)}", conf)]
+    if e.type in _CUDA_TYPES and _CUDA.search(msg):
+        return [_Finding("cuda_in_worker", f"{where}: {e.type}: {_short(head)}"
+                         + (" (CUDA touched by the Dataset in the main process, num_workers=0)"
+                            if single_process and not bare else ""), conf)]
+    if (e.type in _PICKLE_TYPES and _PICKLE.search(msg)
+            and (bare or (spawn_frames and funcs & {"dump", "dumps", "_launch", "start", "__init__", "_Popen",
+                                                   "reduce", "_send", "send"} and e.raised_in != "user"))):
+        return [_Finding("unpicklable_dataset", f"{where}: {e.type}: {_short(head)} (raised while sending "
+                         "the dataset/collate_fn/worker_init_fn to a new worker)", conf)]
+    return []
 
 
-def _cause_for_signal(sig: int) -> str:
+def _classify_wrapper(e: _Exc, m, where: str, conf: str) -> _Finding:
+    inner_type, place = m.group(1), m.group(2)
+    inner = _inner_line(e.message)
+    inner_frames = [f for f in _frames(_inner_traceback(e.message)) if f[3] != "boot"]
+    said = f"{where}: {e.type} 'Caught {inner_type} in {place}' - inner error: {_short(inner)}"
+    if inner_type in _RESOURCE_TYPES and _SHM.search(inner):
+        return _Finding("shm_exhausted", said + " (a shared-memory allocation failed in the worker)", conf)
+    if inner_type in _RESOURCE_TYPES and _FD.search(inner):
+        last = inner_frames[-1] if inner_frames else None
+        if last is not None and last[3] in ("user", "lib") and not any(f[3] == "mp" for f in inner_frames):
+            return _Finding("fd_limit", said + f" (raised at {os.path.basename(last[0])}:{last[1]} in "
+                            f"{last[2]}: the Dataset's own code opening files, not the loader's IPC)", conf,
+                            variant="user_leak", detail=f"{last[2]}: {last[4]}" if last[4] else last[2])
+        return _Finding("fd_limit", said + " (the worker ran out of file descriptors)", conf)
+    if inner_type in _CUDA_TYPES and _CUDA.search(inner):
+        return _Finding("cuda_in_worker", said + " (CUDA used inside a DataLoader worker)", conf)
+    return _Finding("worker_exception", said, conf, detail=_short(inner, 120))
+
+
+def _cause_for_signal(sig: Optional[int]) -> str:
     if sig == 9:
         return "oom_killed"
     if sig == 7:
@@ -484,48 +574,7 @@ def _cause_for_signal(sig: int) -> str:
     return "worker_exit"
 
 
-def _echoes(facts: _Facts) -> str:
-    return "\n".join(e.message + "\n" + e.traceback for chain in facts.chains for e in chain)
-
-
-def _stderr_findings(facts: _Facts) -> list:
-    """Findings from stderr lines that do not merely repeat a recorded exception."""
-    if not facts.stderr:
-        return []
-    echo = _echoes(facts)
-    found, seen = [], set()
-    rules = [
-        (_SEGV_LINE, "native_crash", "a worker reports a fatal signal"),
-        (re.compile(r"Unexpected bus error encountered in worker"), "shm_exhausted", "a worker got SIGBUS"),
-        (_GUARD, "missing_main_guard", "a spawned child re-ran the script's top level and tried to start "
-                                       "workers itself"),
-        (_MAIN_ATTR, "main_not_importable", "a spawned worker could not find a class of __main__"),
-        (_STDIN_MAIN, "main_not_importable", "a spawned worker could not re-import __main__ (stdin)"),
-        (re.compile(r"Got pickle error when attempting to start a worker Process"), "unpicklable_dataset",
-         "PyTorch warns it could not pickle the worker arguments"),
-        (re.compile(r"^\w*(TypeError|PicklingError|AttributeError): .*(cannot pickle|Can't pickle|"
-                    r"Can't get local object)"), "unpicklable_dataset", "a pickling error"),
-        (_FD, "fd_limit", "a process ran out of file descriptors"),
-        (_SHM, "shm_exhausted", "a shared-memory allocation failed"),
-        (_CUDA, "cuda_in_worker", "a CUDA error"),
-    ]
-    text = facts.stderr.replace("\r", "")
-    # the guard message spans two lines in CPython's text: join them for the search
-    flat = re.sub(r"\n\s+", " ", text)
-    for rx, cause, what in rules:
-        for m in rx.finditer(flat if rx is _GUARD else text):
-            line = _line_at(flat if rx is _GUARD else text, m.start())
-            if len(line) >= 12 and line in echo:
-                continue  # repeats an exception we already read (maybe the user's own message)
-            key = (cause, line)
-            if key in seen:
-                continue
-            seen.add(key)
-            found.append(_Finding(cause, f"stderr: {what}: {_short(line)}", strong=False))
-            break
-    return found
-
-
+# =========================================================================== stderr, by who printed it
 def _tracebacks(text: str) -> list:
     """``(body, last_line)`` of every Python traceback printed in ``text``."""
     out = []
@@ -539,33 +588,121 @@ def _tracebacks(text: str) -> list:
             while j < len(lines) and (len(lines[j]) - len(lines[j].lstrip()) > indent or not lines[j].strip()):
                 body.append(lines[j])
                 j += 1
-            last = lines[j].strip() if j < len(lines) else ""
-            out.append(("\n".join(body), last))
+            # a multi-line message (the guard's text) continues on indented lines after the type line
+            last_lines = [lines[j].strip()] if j < len(lines) else [""]
+            k = j + 1
+            while k < len(lines) and lines[k].startswith((" ", "\t")) and not lines[k].strip().startswith(
+                    ("File ", "Traceback")):
+                last_lines.append(lines[k].strip())
+                k += 1
+            out.append(("\n".join(body), " ".join(x for x in last_lines if x)))
             i = j + 1
         else:
             i += 1
     return out
 
 
-def _startup_failures(facts: _Facts) -> list:
-    """Error lines of spawn/forkserver children that died while starting (before running any sample)."""
-    found = []
-    for body, last in _tracebacks(facts.stderr):
-        if re.search(r"multiprocessing[/\\](spawn|forkserver)\.py", body) and "_main" in body and last:
-            if last not in found:
-                found.append(last)
+def _printed(stderr: str) -> list:
+    """Tracebacks in stderr, each with the kind of process its frames show printed it."""
+    out = []
+    for body, last in _tracebacks(stderr):
+        if re.search(r"multiprocessing[/\\](spawn|forkserver)\.py\", line \d+, in (_main|spawn_main|main)",
+                     body):
+            who = "child_start"
+        elif re.search(r"torch[/\\]utils[/\\]data[/\\]_utils[/\\]worker\.py", body):
+            who = "worker"
+        elif re.search(r"multiprocessing[/\\]queues\.py\", line \d+, in _feed", body):
+            who = "feeder"
+        elif re.search(r"multiprocessing[/\\]process\.py\", line \d+, in _bootstrap", body):
+            who = "mp_child"
+        else:
+            who = "other"
+        out.append(_Printed(who, body, last))
+    return out
+
+
+_WHO = {"child_start": "a spawned child printed while starting", "worker": "a worker printed",
+        "feeder": "a queue feeder thread printed", "mp_child": "a child process printed"}
+
+
+def _stderr_findings(facts: _Facts) -> list:
+    """Findings from tracebacks that child processes printed (each says which kind of process)."""
+    found, seen = [], set()
+    for p in _printed(facts.stderr):
+        if p.who == "other" or not p.last:
+            continue
+        text, cause = p.last, None
+        if _GUARD.search(text):
+            cause = "missing_main_guard"
+        elif _MAIN_ATTR.search(text) and p.who == "child_start":
+            cause = "main_not_importable"
+        elif _STDIN_MAIN.search(text) and p.who == "child_start":
+            cause = "main_not_importable"
+        elif _SHM.search(text):
+            cause = "shm_exhausted"
+        elif _FD.search(text):
+            cause = "fd_limit"
+        elif _CUDA.search(text) and p.who in ("worker", "child_start", "mp_child"):
+            cause = "cuda_in_worker"
+        elif _PICKLE.search(text) and p.who in ("child_start", "feeder"):
+            cause = "unpicklable_dataset"
+        elif p.who == "child_start":
+            cause = "worker_exit"
+        if cause is None or (cause, text) in seen:
+            continue
+        seen.add((cause, text))
+        found.append(_Finding(cause, f"stderr: {_WHO[p.who]}: {_short(text)}", "medium",
+                              detail=text if cause == "worker_exit" else "",
+                              variant="startup" if cause == "worker_exit" else None))
+    for m in _TORCH_WARNING.finditer(facts.stderr):
+        path, category, text = m.groups()
+        if re.search(r"Got pickle error when attempting to start a worker Process", text):
+            found.append(_Finding("unpicklable_dataset", f"stderr: {category} from {os.path.basename(path)} "
+                                  f"(torch.utils.data): {_short(text)}", "medium"))
+            break
     return found
 
 
-def _line_at(text: str, pos: int) -> str:
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", pos)
-    return text[start: end if end >= 0 else len(text)].strip()
+# =========================================================================== worker statuses and memory
+def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> Optional[str]:
+    """Why we believe a SIGKILL of ``pid`` was for memory, or None when nothing says so."""
+    for k in facts.watchdog_kills:
+        if (main and k.get("main")) or (not main and k.get("pid") == pid):
+            return (f"the lab's memory watchdog SIGKILLed it at {(k.get('rss') or 0) / 2**20:.0f} MiB RSS "
+                    f"(budget {(k.get('budget') or 0) / 2**20:.0f} MiB) - its stand-in for the kernel OOM killer")
+    w = next((w for w in facts.workers if w.pid == pid), None)
+    if w is not None and w.watchdog:
+        return "the lab's memory watchdog SIGKILLed it (its stand-in for the kernel OOM killer)"
+    if w is not None and w.kernel_oom:
+        return "the kernel's OOM killer killed it (the run's cgroup recorded the kill)"
+    ml = facts.memory_limit or {}
+    rec = ml.get("kernel_record") if isinstance(ml, dict) else None
+    if isinstance(rec, dict) and (rec.get("oom_kill") or 0) > 0:
+        pids = rec.get("pids") or []
+        if not pids or pid in pids or main:
+            return (f"the kernel's OOM killer: the run's memory cgroup records oom_kill {rec.get('oom_kill')} "
+                    f"(from {rec.get('source', 'the cgroup')}, limit "
+                    f"{(ml.get('limit') or 0) / 2**20:.0f} MiB)")
+    limit = ml.get("limit") if isinstance(ml, dict) else None
+    if limit and w is not None and w.peak_rss and w.peak_rss >= 0.8 * limit:
+        return (f"its memory climbed to {w.peak_rss / 2**20:.0f} MiB RSS, near the run's limit of "
+                f"{limit / 2**20:.0f} MiB")
+    if facts.kernel_record is not None and pid:
+        try:
+            rec = facts.kernel_record([pid])
+        except Exception:  # noqa: BLE001 - a probe never breaks a diagnosis
+            rec = None
+        if rec:
+            return f"the kernel log names it: {_short((rec.get('lines') or [''])[0], 140)}"
+    return None
+
+
+_OTHER_SIGKILL = ("a `kill -9`, a scheduler's preemption (SLURM, Kubernetes), `timeout -s KILL`, the "
+                  "kernel OOM killer")
 
 
 def _worker_findings(facts: _Facts) -> list:
     found = []
-    watchdog_pids = {k.get("pid") for k in facts.watchdog_kills}
     for w in facts.workers:
         if w.exitcode is None or w.exitcode == 0:
             continue
@@ -573,44 +710,66 @@ def _worker_findings(facts: _Facts) -> list:
         if w.exitcode < 0:
             sig = -w.exitcode
             text = f"{who} pid {w.pid}: killed by {_signame(sig)}"
-            if sig == 9 and (w.watchdog or w.pid in watchdog_pids):
-                text += " - by the lab's memory watchdog (its stand-in for the kernel OOM killer)"
-            elif sig == 9:
-                text += " (SIGKILL is what the kernel OOM killer sends)"
             cause = _cause_for_signal(sig)
-            found.append(_Finding(cause, text, strong=cause != "worker_exit"))
+            if sig == 9:
+                why = _memory_evidence(facts, w.pid)
+                if why:
+                    found.append(_Finding("oom_killed", f"{text} - {why}", "high", pid=w.pid))
+                else:
+                    found.append(_Finding("oom_killed", f"{text}; no memory evidence recorded (no watchdog kill, "
+                                          "no kernel OOM record): any of " + _OTHER_SIGKILL + " may have sent "
+                                          "it", "low", variant="no_memory_evidence", pid=w.pid))
+            elif sig == 15:
+                found.append(_Finding("worker_exit", f"{text} (SIGTERM: sent from outside the worker, or by the "
+                                      "DataLoader's own shutdown of a worker that did not stop)", "low",
+                                      variant="sigterm", detail="15"))
+            else:
+                found.append(_Finding(cause, text, "high", detail=str(sig)))
         else:
             found.append(_Finding("worker_exit", f"{who} pid {w.pid}: exited with code {w.exitcode} "
-                                  "(no signal)", strong=w.role == "dataloader_worker"))
+                                  "(no signal: the worker's own exit)", "high" if w.role == "dataloader_worker"
+                                  else "medium", detail=f"code {w.exitcode}"))
     worker_pids = {w.pid for w in facts.workers}
     for k in facts.watchdog_kills:
-        budget = k.get("budget") or 0
-        rss = k.get("rss") or 0
         if k.get("main"):
-            found.append(_Finding("oom_killed", f"main process SIGKILLed by the lab's memory watchdog at "
-                                  f"{rss / 2**20:.0f} MiB RSS (budget {budget / 2**20:.0f} MiB)"))
-        elif k.get("pid") not in worker_pids or not any(w.pid == k.get("pid") and w.exitcode for w in
-                                                         facts.workers):
-            found.append(_Finding("oom_killed", f"pid {k.get('pid')} SIGKILLed by the lab's memory watchdog "
-                                  f"at {rss / 2**20:.0f} MiB RSS (budget {budget / 2**20:.0f} MiB)"))
+            continue
+        if k.get("pid") not in worker_pids:
+            found.append(_Finding("oom_killed", f"pid {k.get('pid')} SIGKILLed by the lab's memory watchdog at "
+                                  f"{(k.get('rss') or 0) / 2**20:.0f} MiB RSS (budget "
+                                  f"{(k.get('budget') or 0) / 2**20:.0f} MiB)", "high"))
     return found
 
 
-def _main_findings(facts: _Facts) -> list:
+def _main_signal_findings(facts: _Facts) -> list:
+    sig = facts.main_signal
+    if facts.outcome != "failed" or not sig:
+        return []
+    if sig == 9:
+        why = _memory_evidence(facts, None, main=True)
+        if why:
+            return [_Finding("oom_killed", f"main process killed by SIGKILL - {why}", "high")]
+        return [_Finding("oom_killed", "main process killed by SIGKILL; no memory evidence recorded: any of "
+                         + _OTHER_SIGKILL + " may have sent it", "low", variant="no_memory_evidence")]
+    if sig in _NATIVE_SIGNALS or sig == 7:
+        return [_Finding("_main_native", f"main process killed by {_signame(sig)} (native code crashed in the "
+                         "main process)", "high", detail=str(sig))]
+    return [_Finding("_main_stopped", f"main process killed by {_signame(sig)}", "high", detail=str(sig))]
+
+
+def _stall_findings(facts: _Facts) -> list:
     found = []
-    if facts.outcome == "failed" and facts.main_signal:
-        sig = facts.main_signal
-        if not (sig == 9 and any(k.get("main") for k in facts.watchdog_kills)):
-            cause = _cause_for_signal(sig)
-            extra = " (SIGKILL is what the kernel OOM killer sends)" if sig == 9 else ""
-            found.append(_Finding(cause, f"main process killed by {_signame(sig)}{extra}",
-                                  strong=cause != "worker_exit"))
-    if facts.outcome == "timed_out":
+    if facts.stall:
+        s = facts.stall
+        found.append(_Finding("hang", f"no batch for {s.get('idle_s', s.get('limit', '?'))} s while workers were "
+                              f"alive (stall limit {s.get('limit')} s), after {s.get('batches', '?')} batches: "
+                              "the runner stopped it", "high"))
+    elif facts.outcome == "timed_out":
         found.append(_Finding("hang", f"no result before the run's time limit: {facts.reason or 'timed out'}",
-                              strong=False))
+                              "low"))
+    if facts.outcome == "timed_out" or facts.stall:
         where = _stuck_where(facts.stderr)
         if where:
-            found.append(_Finding("hang", where, strong=False))
+            found.append(_Finding("hang", where, "medium"))
     return found
 
 
@@ -622,50 +781,27 @@ def _stuck_where(stderr: str) -> str:
     if re.search(r"in (_try_get_data|_get_data|_next_data)\b", dump):
         return ("faulthandler dump: the main process was waiting for a batch from the workers "
                 "(DataLoader _try_get_data), and none came")
-    if re.search(r"popen_(spawn|forkserver)\w*\.py.*\n?.*in _launch|in _launch", dump):
+    if re.search(r"in _launch", dump):
         return "faulthandler dump: the main process was blocked starting a worker (sending it the dataset)"
     m = re.search(r'File "([^"]+)", line (\d+) in (\w+)', dump)
     return f"faulthandler dump: the main process was in {m.group(3)} ({m.group(1)}:{m.group(2)})" if m else ""
 
 
-def _gather(facts: _Facts) -> list:
-    findings = []
-    for chain in facts.chains:
-        for e in chain:
-            if e.origin == "main":
-                where = "exception that ended the script" if e.link is None else f"its __{e.link}__"
-            elif e.origin == "loader":
-                where = "exception from the DataLoader (caught by the script)" if e.link is None \
-                    else f"its __{e.link}__"
-            else:
-                where = "the exception" if e.link is None else f"its __{e.link}__"
-            findings.extend(_classify_exception(e, where))
-    findings.extend(_worker_findings(facts))
-    findings.extend(_main_findings(facts))
-    findings.extend(facts.live_findings)
-    findings.extend(_stderr_findings(facts))
-    for line in _startup_failures(facts)[:2]:
-        findings.append(_Finding("worker_exit", f"stderr: a spawned worker failed while starting: {_short(line)}",
-                                 strong=False, detail=line))
-    if re.search(r"SemLock\._rebuild", facts.stderr) and "FileNotFoundError" in facts.stderr:
-        facts.notes.append("a spawned worker could not open a multiprocessing semaphore (/dev/shm/sem.mp-*) of "
-                           "its parent: something removed it from /dev/shm while the worker started (a /dev/shm "
-                           "clean-up by another job, systemd RemoveIPC=yes)")
-    return findings
+def _stack_lines(facts: _Facts) -> list:
+    """One line per stack the runner dumped on a stall: the innermost frame of each process."""
+    lines = []
+    for pid, text in list(facts.stacks.items())[:8]:
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', text or "")
+        if frames:
+            path, line, func = frames[0]  # faulthandler prints the innermost frame first
+            user = next((f for f in frames if _frame_kind(f[0]) == "user"), None)
+            extra = f", called from {os.path.basename(user[0])}:{user[1]} in {user[2]}" if user and \
+                user != frames[0] else ""
+            lines.append(f"stack of pid {pid}: in {func} ({os.path.basename(path)}:{line}){extra}")
+    return lines
 
 
-def _loader_escape(facts: _Facts) -> Optional[_Exc]:
-    """An exception that escaped a single-process DataLoader (num_workers=0): the dataset raised it."""
-    if facts.escaped:
-        return facts.escaped[0]
-    if facts.source == "exception" and facts.iters and facts.iters[0].get("num_workers") == 0:
-        return facts.chains[0][0] if facts.chains and facts.chains[0] else None
-    if facts.chains and facts.chains[0] and re.search(r"torch/utils/data/(dataloader|_utils/fetch)\.py",
-                                                       facts.chains[0][0].traceback or ""):
-        return facts.chains[0][0]
-    return None
-
-
+# =========================================================================== choosing
 def _single_process(facts: _Facts) -> bool:
     """True when the DataLoader ran without workers (or we cannot tell and no worker was seen)."""
     counts = [it.get("num_workers") for it in facts.iters if it.get("num_workers") is not None]
@@ -674,177 +810,302 @@ def _single_process(facts: _Facts) -> bool:
     return not facts.workers
 
 
-def _choose(facts: _Facts, findings: list) -> tuple:
-    """(cause, findings for it, confidence)."""
-    real = [f for f in findings if f.cause != "_died"]
+def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
+    """(cause, its findings, confidence) by precedence; echoes decide only when nothing else does."""
+    real = [f for f in findings if not f.echo and not f.cause.startswith("_")]
     for cause in PRECEDENCE:
         mine = [f for f in real if f.cause == cause]
         if mine:
-            conf = "high" if any(f.strong for f in mine) or len(mine) > 1 else "medium"
-            if cause == "hang":
-                conf = "medium"
+            rank = {"high": 0, "medium": 1, "low": 2}
+            best = min(mine, key=lambda f: rank[f.conf])
+            mine.remove(best)
+            mine.insert(0, best)
+            conf = best.conf
+            if conf == "medium" and len(mine) > 1 and cause != "oom_killed":
+                conf = "high"  # two independent pieces of evidence for the same cause
+            if cause == "oom_killed":
+                conf = "high" if any(f.conf == "high" for f in mine) else "low"
+                if conf == "low" and facts is not None:
+                    for f in mine:
+                        why = _memory_evidence(facts, f.pid) if f.pid else None
+                        if why:
+                            mine.insert(0, _Finding("oom_killed", f"pid {f.pid}: {why}", "high", pid=f.pid))
+                            conf = "high"
+                            break
+            if cause == "hang" and not (facts is not None and facts.stall):
+                conf = "low" if all(f.conf == "low" for f in mine) else "medium"
             return cause, mine, conf
-    if any(f.cause == "_died" for f in findings):
-        return "worker_exit", [f for f in findings if f.cause == "_died"], "low"
+    echoes = [f for f in findings if f.cause == "_died"]
+    if echoes:
+        return "worker_exit", echoes, "low"
     return None, [], "high"
 
 
-# =========================================================================== summaries
-def _summary(cause: str, facts: _Facts, mine: list) -> str:
-    first = mine[0].text if mine else ""
-    caught = facts.outcome == "ok"
-    tail = " (the script caught it and exited 0)" if caught and cause not in ("ok",) else ""
-    inner = mine[0].detail if mine else ""
-    text = {
-        "worker_exception": f"a Python exception in the Dataset/collate_fn inside a worker: {inner}"
-        if inner else "a Python exception in the Dataset/collate_fn",
-        "unpicklable_dataset": "the dataset (or collate_fn/worker_init_fn) cannot be pickled to start a "
-                               "spawn/forkserver worker",
-        "main_not_importable": "spawn/forkserver workers could not import a class defined in __main__ "
-                               "(notebook, stdin or python -c)",
-        "missing_main_guard": "the script has no `if __name__ == \"__main__\":` guard: each spawned worker "
-                              "re-ran it and tried to start workers of its own",
-        "native_crash": "a worker died of a fatal signal in native code (segfault/abort), not a Python error",
-        "oom_killed": "a process was SIGKILLed for using too much memory (the OOM killer's signal)",
-        "shm_exhausted": "shared memory (/dev/shm) ran out while workers passed batches to the main process",
-        "fd_limit": "the run hit the open-files limit (RLIMIT_NOFILE) while passing batches between processes",
-        "worker_exit": "a worker process ended early (an exit code, SIGTERM, or an exit(0) before its work was "
-                       "done) without a Python traceback",
-        "timeout": "DataLoader(timeout=...) expired: a worker delivered no batch in time",
-        "hang": "no progress until the run's time limit: a worker or the main process was stuck",
-        "cuda_in_worker": "CUDA was touched inside a DataLoader worker (or on a build without CUDA)",
-        UNKNOWN: "the run failed, but not in a DataLoader",
-    }[cause]
-    if cause == "native_crash":
-        m = re.search(r"killed by (SIG\w+)", " ".join(f.text for f in mine))
-        if m:
-            text = f"a worker was killed by {m.group(1)} in native code (a crash in C/C++, not a Python error)"
-    if cause == "oom_killed" and any("watchdog" in f.text for f in mine):
-        text += "; here the lab's memory watchdog did it"
-    if cause == "worker_exit":
-        m = re.search(r"exited with (?:exit )?code (-?\d+)", " ".join(f.text for f in mine))
-        if m:
-            text = f"a worker exited with code {m.group(1)} without a Python traceback"
-        startup = next((f.detail for f in mine if f.detail), None)
-        if startup:
-            text = f"a spawned worker died while starting, before loading any sample: {_short(startup, 120)}"
-    if cause == "cuda_in_worker" and "inside a DataLoader worker" not in first and "stderr" not in first \
-            and facts.source == "run" and not any(it.get("num_workers") for it in facts.iters):
-        text = "CUDA was used on a machine or build without CUDA"
-    return text + tail
+def _chain_where(e: _Exc) -> str:
+    base = {"ended": "exception that ended the script", "next": "exception from the DataLoader",
+            "init": "exception while creating the DataLoader iterator (starting its workers)",
+            "live": "the exception"}[e.origin]
+    if e.origin in ("next", "init"):
+        base += " (caught by the script)" if e.link is None else ""
+    return base if e.link is None else f"its __{e.link}__"
 
 
-# =========================================================================== environment probes
-def _torch_build() -> tuple:
-    """(version, cuda) of the installed torch, read from torch/version.py without importing torch."""
-    mod = sys.modules.get("torch")
-    if mod is not None and hasattr(mod, "__version__"):
-        return str(mod.__version__), getattr(getattr(mod, "version", None), "cuda", None)
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("torch")
-        if spec is None or not spec.submodule_search_locations:
-            return None, None
-        path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, ImportError, ValueError):
-        return None, None
-    ver = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
-    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*(?:['\"]([^'\"]+)['\"]|None)", text, re.M)
-    return (ver.group(1) if ver else None), (cuda.group(1) if cuda and cuda.group(1) else None)
-
-
-def _meminfo() -> dict:
-    out = {}
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                parts = rest.split()
-                if parts and parts[0].isdigit():
-                    out[key] = int(parts[0]) * 1024
-    except OSError:
-        pass
+def _loader_chain_findings(chain: list, single: bool) -> list:
+    out = []
+    for e in chain:
+        out.extend(_classify(e, _chain_where(e), single))
     return out
 
 
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.0f} MiB" if n < 2**30 * 10 else f"{n / 2**30:.1f} GiB"
+def _episode(facts: _Facts, chain: Optional[list]) -> list:
+    """Every finding of one loader failure: its chain, the workers, child tracebacks, memory, stalls."""
+    single = _single_process(facts)
+    findings = _loader_chain_findings(chain or [], single)
+    findings += _worker_findings(facts)
+    findings += facts.live_findings
+    findings += _stderr_findings(facts)
+    return findings
 
 
+def _same_chain(a: list, b: list) -> bool:
+    return bool(a and b) and [(e.type, e.message) for e in a] == [(e.type, e.message) for e in b]
+
+
+def _fallback_single(e: _Exc, single: bool) -> Optional[_Finding]:
+    """An exception that escaped a single-process DataLoader: the Dataset raised it in the main process."""
+    if _through_loader(e) and single:
+        line = next((f for f in reversed(e.frames) if f[3] == "user"), None)
+        at = f" at {os.path.basename(line[0])}:{line[1]} in {line[2]}" if line else ""
+        return _Finding("worker_exception", f"{e.type}: {_short(e.message)} escaped the DataLoader iterator "
+                        f"(raised by the Dataset/collate_fn in the main process, num_workers=0){at}",
+                        "high" if e.frames or e.origin in ("next", "init") else "medium",
+                        detail=f"{e.type}: {_short(e.message, 120)}")
+    return None
+
+
+def _outside_finding(e: _Exc) -> _Finding:
+    line = next((f for f in reversed(e.frames) if f[3] == "user"), None)
+    last = e.frames[-1] if e.frames else None
+    where = ""
+    if line:
+        where = f" (your code: {os.path.basename(line[0])}:{line[1]} in {line[2]}"
+        if last is not None and last is not line:
+            where += f"; raised in {_lib_name(last[0])}"
+        where += ")"
+    return _Finding("outside_loader", f"the script failed outside data loading: {e.type}: {_short(e.message)}"
+                    f"{where} - no frame of torch.utils.data in its traceback", "high",
+                    detail=f"{e.type}: {_short(e.message, 120)}")
+
+
+def _lib_name(path: str) -> str:
+    p = path.replace("\\", "/")
+    m = re.search(r"/(torch/[\w/]+?)\.py$", p)
+    if m:
+        return m.group(1).replace("/", ".")
+    m = re.search(r"/(?:site-packages|dist-packages|python\d\.\d+)/([\w/]+?)\.py$", p)
+    return m.group(1).replace("/", ".") if m else os.path.basename(p)
+
+
+def _decide(facts: _Facts) -> tuple:
+    """(cause, findings for it, confidence, other findings, recovered)."""
+    single = _single_process(facts)
+    ended = facts.ended
+    others: list = []
+    loader_chain = None
+    if ended:
+        # the link of the ending chain that came through the loader, if any (a user's exception raised
+        # while handling a loader error has the loader error as its __context__)
+        origins = [_through_loader(e) for e in ended]
+        match = next((c for c in facts.loader_errors if _same_chain(ended, c)), None)
+        if match is not None:
+            loader_chain = match  # the same chain escaped next()/iter(): the loader raised it
+        elif any(o is True for o in origins):
+            loader_chain = ended
+        elif all(o is None for o in origins):
+            loader_chain = ended  # no traceback to tell: judge the messages (an exception built by hand)
+        if loader_chain is not None and origins[0] is False and match is None:
+            # the script's own exception, raised while handling (or from) one that came through the
+            # loader: the loader's error is the reason only if it names a loader failure
+            linked = [e for e, o in zip(ended, origins) if o is True]
+            if not [f for f in _loader_chain_findings(linked, single) if not f.cause.startswith("_")
+                    or f.echo]:
+                loader_chain = None
+        if loader_chain is None:
+            # the script ended with an exception the loader did not raise: the loader is not to blame,
+            # whatever it went through before (errors the script caught and survived are listed)
+            for c in facts.loader_errors:
+                others += _loader_chain_findings(c, single)
+            head = ended[0]
+            mine = [_outside_finding(head)]
+            if facts.batches:
+                mine.append(_Finding("outside_loader", f"the DataLoader had delivered {facts.batches} batches "
+                                     "before it", "high"))
+            return "outside_loader", mine, "high", others, False
+        findings = _episode(facts, loader_chain)
+        findings += _main_signal_findings(facts)
+        cause, mine, conf = _pick(findings, facts)
+        if cause is None:
+            fb = _fallback_single(loader_chain[0], single) if loader_chain else None
+            if fb is not None:
+                return "worker_exception", [fb], fb.conf, findings, False
+            if all(o is None for o in origins):
+                return UNKNOWN, [_Finding(UNKNOWN, f"{ended[0].type}: {_short(ended[0].message)} - nothing in "
+                                          "it names a DataLoader failure, and it has no traceback to say where "
+                                          "it was raised", "medium")], "medium", [], False
+            # through the loader but no rule names it: a Python exception of the loader's caller
+            return "worker_exception", [_Finding("worker_exception", f"{ended[0].type}: "
+                                                 f"{_short(ended[0].message)} (raised inside the DataLoader)",
+                                                 "medium", detail=f"{ended[0].type}: {_short(ended[0].message, 120)}")
+                                        ], "medium", findings, False
+        for c in facts.loader_errors:
+            if not _same_chain(c, loader_chain):
+                others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
+        return cause, mine, conf, [f for f in findings if f not in mine] + others, False
+
+    # the script ended without a Python exception: a signal, a stall or time limit, an exit code, or 0
+    main = _main_signal_findings(facts)
+    last_loader = facts.loader_errors[-1] if facts.loader_errors else None
+    if main and main[0].cause == "_main_native":
+        sig = int(main[0].detail)
+        stack = _fatal_stack(facts.stderr)
+        in_loader = ("loader" in {k for _, k in stack}) if stack else None
+        if single and facts.iters and in_loader is not False:
+            f = _Finding("native_crash", main[0].text + ("; its Python stack runs through torch.utils.data"
+                                                          if in_loader else "; the DataLoader ran with "
+                                                          "num_workers=0, so the Dataset ran in this process"),
+                         "high" if in_loader else "medium", variant="main_process", detail=str(sig))
+            return "native_crash", [f], f.conf, _episode(facts, last_loader), False
+        findings = _episode(facts, last_loader)
+        cause, mine, conf = _pick(findings, facts)
+        if cause is not None and cause != "worker_exit":
+            return cause, mine, conf, [main[0]], False
+        what = ("its Python stack shows no frame of torch.utils.data" if stack else
+                "no DataLoader was iterated" if not facts.iters else
+                "the DataLoader's workers did not fail")
+        return "outside_loader", [_Finding("outside_loader", f"{main[0].text}; {what}", "medium" if not stack
+                                           else "high")], "medium" if not stack else "high", findings, False
+    if main and main[0].cause == "_main_stopped":
+        sig = int(main[0].detail)
+        findings = _episode(facts, last_loader)
+        senders = probes.sigterm_senders(facts.env or os.environ) if sig == 15 else []
+        who = f"; likely sender here: {'; '.join(senders)}" if senders else (
+            "; nothing in the environment names a scheduler: a person's kill, a launcher or a service manager"
+            if sig == 15 else "")
+        f = _Finding("outside_loader", f"{main[0].text}: the script was stopped from outside{who}", "medium")
+        return "outside_loader", [f], "medium", findings, False
+    if main:  # SIGKILL of the main process
+        findings = _episode(facts, last_loader) + main
+        cause, mine, conf = _pick(findings, facts)
+        return cause, mine, conf, [f for f in findings if f not in mine], False
+    if facts.outcome == "timed_out" or facts.stall:
+        findings = _episode(facts, last_loader) + _stall_findings(facts)
+        cause, mine, conf = _pick(findings, facts)
+        # SIGTERMs of workers the runner's own kill caused, and the like, are consequences of the stop
+        return cause, mine, conf, [f for f in findings if f not in mine], False
+    if facts.outcome == "failed":
+        if last_loader is not None:
+            findings = _episode(facts, last_loader)
+            cause, mine, conf = _pick(findings, facts)
+            if cause is not None:
+                return cause, mine, conf, [f for f in findings if f not in mine], False
+        findings = _episode(facts, None)
+        cause, mine, conf = _pick([f for f in findings if f.variant != "sigterm"], facts)
+        if cause is not None:
+            return cause, mine, conf, [f for f in findings if f not in mine], False
+        code = facts.returncode
+        return "outside_loader", [_Finding("outside_loader", f"the script exited with code {code} without a "
+                                           "Python traceback, and nothing came from the DataLoader", "medium")
+                                  ], "medium", findings, False
+    # the run ended well
+    first = facts.loader_errors[0] if facts.loader_errors else None
+    if first is not None:
+        findings = _episode(facts, first)
+        cause, mine, conf = _pick(findings, facts)
+        if cause is None:
+            fb = _fallback_single(first[0], single)
+            if fb is not None:
+                cause, mine, conf = "worker_exception", [fb], fb.conf
+        if cause is not None:
+            for c in facts.loader_errors[1:]:
+                others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
+            return cause, mine, conf, [f for f in findings if f not in mine] + others, True
+    # no loader error: stderr and statuses alone cannot make a healthy run a failure, except warnings
+    # from torch.utils.data itself about a failed worker start (the script caught it before iter() returned)
+    warned = [f for f in _stderr_findings(facts) if f.cause == "unpicklable_dataset" and "torch.utils.data" in f.text]
+    if warned:
+        return "unpicklable_dataset", warned, "medium", [], True
+    quiet = [f for f in _worker_findings(facts) if f.variant != "sigterm"]
+    return "ok", [], "high", quiet, False
+
+
+def _fatal_stack(stderr: str) -> list:
+    """``(path, kind)`` of the frames of a faulthandler 'Fatal Python error' dump, if the script printed one."""
+    i = stderr.find("Fatal Python error:")
+    if i < 0:
+        return []
+    return [(p, _frame_kind(p)) for p in re.findall(r'File "([^"]+)", line \d+ in ', stderr[i:i + 8000])]
+
+
+# =========================================================================== summaries
+def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
+    entry = CATALOGUE.get(cause)
+    variant = next((f.variant for f in mine if f.variant), None)
+    text = entry.summary_for(variant) if entry else "the run failed; nothing recorded says where"
+    inner = next((f.detail for f in mine if f.detail), "")
+    if cause == "worker_exception" and inner:
+        place = "inside a worker" if not _single_process(facts) else "in the main process (num_workers=0)"
+        text = f"a Python exception in the Dataset/collate_fn {place}: {inner}"
+    elif cause == "native_crash" and variant != "main_process":
+        m = re.search(r"killed by (SIG\w+)", " ".join(f.text for f in mine))
+        if m:
+            text = f"a worker was killed by {m.group(1)} in native code (a crash in C/C++, not a Python error)"
+    elif cause == "oom_killed":
+        if any("watchdog" in f.text for f in mine):
+            text = "a process was SIGKILLed for using too much memory; here the lab's memory watchdog did it"
+        elif any("kernel" in f.text and f.conf == "high" for f in mine):
+            text = "a process was SIGKILLed for using too much memory: the kernel's OOM killer did it"
+        elif any(f.conf == "high" for f in mine):
+            text = "a process was SIGKILLed for using too much memory (its memory climbed to the limit)"
+    elif cause == "worker_exit":
+        startup = next((f.detail for f in mine if f.variant == "startup" and f.detail), None)
+        if startup:
+            text = f"a spawned worker died while starting, before loading any sample: {_short(startup, 120)}"
+        elif variant == "sigterm":
+            senders = probes.sigterm_senders(facts.env or os.environ)
+            text = entry.summary_for("sigterm") + (f"; likely sender here: {senders[0]}" if senders else
+                                                   "; nothing in the environment names a scheduler: a person's "
+                                                   "kill, a launcher or a service manager")
+        else:
+            m = re.search(r"code (-?\d+)", inner)
+            if m:
+                text = (f"a worker exited with code {m.group(1)} without a Python traceback: its own exit "
+                        "(sys.exit/os._exit in the Dataset or a library), not a signal")
+    elif cause == "fd_limit" and variant == "user_leak" and inner:
+        text += f" ({_short(inner, 100)})"
+    elif cause == "cuda_in_worker" and not any("worker" in f.text for f in mine) and _single_process(facts):
+        text = "CUDA was used by the data-loading code on a machine or build without CUDA"
+    elif cause == "outside_loader":
+        detail = next((f.detail for f in mine if f.detail), "")
+        if detail:
+            text = f"the script failed outside data loading ({detail}): the DataLoader is not to blame"
+        elif mine:
+            text = "the script failed outside data loading: " + _short(mine[0].text, 200)
+    elif cause == "hang" and not facts.stall and facts.outcome == "timed_out":
+        text = "no progress until the run's time limit: a worker or the main process was stuck"
+    if recovered:
+        later = [it for it in facts.iters if it.get("num_workers") == 0]
+        if later and not _single_process(facts):
+            text += " - your script recovered: it caught the error and went on with num_workers=0, then exited 0"
+        else:
+            text += " - your script recovered: it caught the error and exited 0"
+    return text
+
+
+# =========================================================================== environment probes
 def environment_probes(options: Optional[dict] = None, iters: Optional[list] = None,
                        live: bool = False) -> list:
     """Short lines about this machine (and a run's limits) that bear on DataLoader failures."""
-    options = options or {}
-    lines = []
-    ver, cuda = _torch_build()
-    py = ".".join(map(str, sys.version_info[:3]))
-    lines.append(f"python {py}; torch {ver or 'not installed'}"
-                 + ("" if ver is None else f" ({'CUDA ' + cuda if cuda else 'CPU-only build'})"))
-    methods = sorted({it.get("start_method") for it in iters or [] if it.get("start_method")})
-    if methods:
-        sm = f"start method used by the DataLoader: {', '.join(methods)}"
-    elif options.get("start_method"):
-        sm = f"start method of the run: {options['start_method']}"
-    else:
-        import multiprocessing
-
-        chosen = multiprocessing.get_start_method(allow_none=True)
-        default = multiprocessing.get_all_start_methods()[0]
-        sm = f"start method: {chosen or default}" + ("" if chosen else " (platform default)")
-    lines.append(sm)
-    for it in (iters or [])[:1]:
-        parts = [f"{k}={it.get(k)}" for k in ("num_workers", "batch_size", "prefetch_factor", "timeout",
-                                               "sharing_strategy", "pin_memory") if k in it]
-        if parts:
-            lines.append("DataLoader: " + ", ".join(parts))
-    if options.get("shm_size"):
-        lines.append(f"/dev/shm of the run: a private tmpfs of {_mib(options['shm_size'])}")
-    else:
-        try:
-            st = os.statvfs("/dev/shm")
-            lines.append(f"/dev/shm: {_mib(st.f_bavail * st.f_frsize)} free of {_mib(st.f_blocks * st.f_frsize)}")
-        except OSError:
-            lines.append("/dev/shm: not present")
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        hard_s = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
-        if options.get("nofile"):
-            lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {soft}/{hard_s})")
-        else:
-            fds = ""
-            if live:
-                try:
-                    fds = f", {len(os.listdir('/proc/self/fd'))} open now"
-                except OSError:
-                    pass
-            lines.append(f"open-files limit (RLIMIT_NOFILE): soft {soft}, hard {hard_s}{fds}")
-    except ImportError:
-        pass
-    mem = _meminfo()
-    budget = options.get("memory_budget")
-    if mem.get("MemAvailable"):
-        line = f"memory available: {_mib(mem['MemAvailable'])} of {_mib(mem.get('MemTotal', 0))}"
-        if budget:
-            line += f"; run's memory budget (lab watchdog): {_mib(budget)}"
-        lines.append(line)
-    if live:
-        main = sys.modules.get("__main__")
-        if main is not None and not _main_file_ok(main):
-            lines.append("this __main__ has no file a new process could import (notebook, stdin or -c): "
-                         "spawn/forkserver workers cannot import classes defined here")
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            try:
-                lines.append(f"CUDA: available={torch.cuda.is_available()}, "
-                             f"initialised in this process={torch.cuda.is_initialized()}")
-            except Exception:  # noqa: BLE001
-                pass
-    return lines
+    return probes.environment_lines(options, iters, live)
 
 
 # =========================================================================== explain
@@ -864,29 +1125,27 @@ def explain(obj) -> Diagnosis:
     else:
         raise TypeError(f"explain() takes a RunResult or an exception, not {type(obj).__name__}")
 
-    findings = _gather(facts)
-    cause, mine, conf = _choose(facts, findings)
-    failed = facts.outcome != "ok" or bool(findings)
-    if cause is None:
-        if not failed:
-            cause, conf = "ok", "high"
-        elif _loader_escape(facts) is not None and _single_process(facts):
-            e = _loader_escape(facts)
-            cause, conf = "worker_exception", "medium"
-            mine = [_Finding("worker_exception", f"{e.type}: {_short(e.message)} escaped the DataLoader "
-                             "iterator (raised by the Dataset/collate_fn in the main process, num_workers=0)",
-                             detail=f"{e.type}: {_short(e.message, 120)}")]
-        else:
-            cause, conf = UNKNOWN, "medium"
-            e = facts.chains[0][0] if facts.chains and facts.chains[0] else None
-            text = (f"{e.type}: {_short(e.message)}" if e else
-                    f"main process {('exit ' + str(facts.returncode)) if facts.returncode is not None else ''}")
-            mine = [_Finding(UNKNOWN, f"the script failed outside the DataLoader: {text}")]
-
+    cause, mine, conf, others, recovered = _decide(facts)
+    variant = mine[0].variant if mine and mine[0].variant != "startup" else None
+    if variant is None:
+        variant = next((f.variant for f in mine if f.variant not in (None, "startup", "no_memory_evidence")), None)
+    if cause == "oom_killed":
+        variant = "no_memory_evidence" if conf == "low" else None
     evidence = [f.text for f in mine]
-    others = [f for f in findings if f not in mine and f.text not in evidence]
-    evidence.extend(f"also seen: {f.text}" for f in others)
+    for f in others:
+        if f.text in evidence:
+            continue
+        label = "echo of the failure above" if f.echo else "also seen"
+        evidence.append(f"{label}: {f.text}")
+    if facts.batches is not None and cause not in ("ok", "outside_loader"):
+        evidence.append(f"the DataLoader delivered {facts.batches} batches before it stopped")
     evidence.extend(_status_lines(facts))
+    if facts.stall or facts.outcome == "timed_out":
+        evidence.extend(_stack_lines(facts))
+    ml = facts.memory_limit
+    if isinstance(ml, dict) and ml.get("limit"):
+        evidence.append(f"memory limit of the run: {ml['limit'] / 2**20:.0f} MiB, enforced by "
+                        f"{ml.get('enforced_by', '?')} ({ml.get('mechanism', '')})".rstrip(" ()"))
     evidence.extend(facts.notes)
     try:
         evidence.extend(environment_probes(facts.options, facts.iters, live=facts.source == "exception"))
@@ -896,18 +1155,20 @@ def explain(obj) -> Diagnosis:
         evidence.extend(_blockers(facts.live_dataset))
 
     if cause == "ok":
-        summary = "the loader finished; no worker failed"
+        summary = CATALOGUE["ok"].summary
         if facts.source == "run" and not facts.iters:
             summary = "the script finished; it created no DataLoader iterator"
     else:
-        summary = _summary(cause, facts, mine)
-    return Diagnosis(cause, summary, evidence, _fixes(cause), conf, facts.source)
+        summary = _summary(cause, facts, mine, recovered)
+    return Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, facts.source, recovered)
 
 
 def _status_lines(facts: _Facts) -> list:
     lines = []
     if facts.source == "run":
-        if facts.outcome == "timed_out":
+        if facts.stall:
+            lines.append("main process: stopped by the runner after the stall limit")
+        elif facts.outcome == "timed_out":
             lines.append("main process: killed by the runner after the time limit")
         elif facts.returncode is not None:
             rc = facts.returncode

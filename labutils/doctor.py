@@ -11,15 +11,14 @@ import argparse
 import html
 import json
 import multiprocessing
-import os
 import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
+from . import probes
 from ._sizes import format_size, parse_size
-from .pickling import main_is_importable
 
 __all__ = ["CheckResult", "DoctorReport", "doctor", "doctor_main", "shm_budget"]
 
@@ -114,114 +113,37 @@ class DoctorReport:
 
 
 # ------------------------------------------------------------------------------------------------ probes
-# Small functions so tests can replace one measurement without touching the machine.
+# The measurements live in labutils.probes (shared with the diagnosis); these names are the doctor's
+# handles on them, so tests can replace one measurement without touching the machine.
 
 
 def _shm_probe(path: str = SHM_PATH) -> Optional[tuple]:
     """(total_bytes, free_bytes) of the filesystem at ``path``; None when it does not exist."""
-    try:
-        st = os.statvfs(path)
-    except (OSError, AttributeError):
-        return None
-    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+    return probes.shm_usage(path)
 
 
 def _read(path: str) -> Optional[str]:
-    try:
-        with open(path) as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
-def _cgroup_paths() -> dict:
-    """controller -> cgroup path of this process, from /proc/self/cgroup ("" is the v2 unified one)."""
-    text = _read("/proc/self/cgroup") or ""
-    paths = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            for controller in parts[1].split(",") if parts[1] else [""]:
-                paths[controller] = parts[2]
-    return paths
-
-
-def _cgroup_file(controller_dir: str, own: Optional[str], name: str) -> Optional[str]:
-    candidates = []
-    if own and own != "/":
-        candidates.append(os.path.join(controller_dir, own.lstrip("/"), name))
-    candidates.append(os.path.join(controller_dir, name))
-    for path in candidates:
-        text = _read(path)
-        if text is not None:
-            return text
-    return None
+    return probes.read_text(path)
 
 
 def _cgroup_memory() -> tuple:
     """(limit_bytes or None, usage_bytes or None, "v1"/"v2"/None) of this process's memory cgroup."""
-    paths = _cgroup_paths()
-    limit = _cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.max")
-    if limit is not None:
-        usage = _cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.current")
-        return (None if limit == "max" else int(limit)), (int(usage) if usage else None), "v2"
-    limit = _cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.limit_in_bytes")
-    if limit is not None:
-        usage = _cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.usage_in_bytes")
-        value = int(limit)
-        return (None if value >= 2**60 else value), (int(usage) if usage else None), "v1"
-    return None, None, None
+    return probes.cgroup_memory(read=_read)
 
 
 def _cgroup_cpus() -> Optional[float]:
-    """CPU quota of the cgroup in CPUs (v2 cpu.max or v1 cfs quota/period); None when unlimited."""
-    paths = _cgroup_paths()
-    text = _cgroup_file("/sys/fs/cgroup", paths.get(""), "cpu.max")
-    if text:
-        quota, _, period = text.partition(" ")
-        if quota != "max" and period:
-            return int(quota) / int(period)
-        return None
-    quota = _cgroup_file("/sys/fs/cgroup/cpu", paths.get("cpu"), "cpu.cfs_quota_us")
-    period = _cgroup_file("/sys/fs/cgroup/cpu", paths.get("cpu"), "cpu.cfs_period_us")
-    if quota and period and int(quota) > 0:
-        return int(quota) / int(period)
-    return None
+    return probes.cgroup_cpus(read=_read)
 
 
-def _cpu_count() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+_cpu_count = probes.cpu_count
+_open_fds = probes.open_fds
+_default_start_method = probes.default_start_method
+_TorchInfo = probes.TorchInfo
+_read_torch_version_file = probes.read_torch_version_file
 
 
-def _open_fds() -> Optional[int]:
-    for d in ("/proc/self/fd", "/dev/fd"):
-        try:
-            return len(os.listdir(d)) - 1  # listdir's own descriptor
-        except OSError:
-            continue
-    try:
-        import psutil
-
-        return psutil.Process().num_fds()
-    except Exception:  # noqa: BLE001 - optional probe
-        return None
-
-
-def _default_start_method() -> str:
-    """The start method a DataLoader gets when none is set, without fixing the default context."""
-    current = multiprocessing.get_start_method(allow_none=True)
-    if current:
-        return current
-    try:  # the name the default context would use (private, so guarded)
-        from multiprocessing import context
-
-        return context._default_context._default_context._name  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001
-        if sys.platform in ("darwin", "win32"):
-            return "spawn"
-        return "forkserver" if sys.version_info >= (3, 14) else "fork"
+def _torch_info(import_torch: bool) -> probes.TorchInfo:
+    return probes.torch_info(import_torch)
 
 
 # ------------------------------------------------------------------------------------------------ checks
@@ -235,70 +157,7 @@ def _check_python() -> CheckResult:
     return CheckResult("python", "OK", detail, data={"version": platform.python_version()})
 
 
-@dataclass
-class _TorchInfo:
-    module: Any = None  # the torch module when it is imported in this process
-    version: Optional[str] = None
-    cuda: Optional[str] = None
-    location: Optional[str] = None
-    error: Optional[str] = None
-    import_s: float = 0.0
-
-
-def _read_torch_version_file(package_dir: str) -> dict:
-    """The literal assignments of torch/version.py (``__version__``, ``cuda``), read without importing."""
-    import ast
-
-    values: dict = {}
-    try:
-        with open(os.path.join(package_dir, "version.py")) as fh:
-            tree = ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError):
-        return values
-    for node in tree.body:
-        target = value = None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            target, value = node.target, node.value
-        if isinstance(target, ast.Name):
-            try:
-                values[target.id] = ast.literal_eval(value)
-            except ValueError:
-                pass
-    return values
-
-
-def _torch_info(import_torch: bool) -> _TorchInfo:
-    """Describe torch without importing it (importing costs 1-5 s) unless asked to or already imported."""
-    if "torch" not in sys.modules and import_torch:
-        t0 = time.perf_counter()
-        try:
-            import torch  # noqa: F401
-        except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install raising anything
-            return _TorchInfo(error=f"{type(exc).__name__}: {exc}", import_s=time.perf_counter() - t0)
-        seconds = time.perf_counter() - t0
-    else:
-        seconds = 0.0
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        version = getattr(torch, "__version__", None)
-        cuda = getattr(getattr(torch, "version", None), "cuda", None)
-        return _TorchInfo(torch, str(version), cuda, getattr(torch, "__file__", None), import_s=seconds)
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError) as exc:
-        return _TorchInfo(error=f"{type(exc).__name__}: {exc}")
-    if spec is None or not spec.submodule_search_locations:
-        return _TorchInfo(error="No module named 'torch'")
-    package_dir = list(spec.submodule_search_locations)[0]
-    values = _read_torch_version_file(package_dir)
-    return _TorchInfo(None, values.get("__version__"), values.get("cuda"), package_dir)
-
-
-def _check_torch(info: _TorchInfo) -> CheckResult:
+def _check_torch(info: probes.TorchInfo) -> CheckResult:
     if info.error is not None:
         return CheckResult(
             "torch", "FAIL", f"cannot import torch ({info.error})",
@@ -348,7 +207,7 @@ def _check_start_method(planned: Optional[str]) -> CheckResult:
 
 
 def _check_main(method: str) -> CheckResult:
-    importable = main_is_importable()
+    importable = probes.main_importable()
     data = {"importable": importable, "start_method": method}
     if importable:
         return CheckResult("main_importable", "OK", "__main__ is a file: workers can import its classes",
@@ -480,19 +339,7 @@ def _check_nofile(num_workers: Optional[int]) -> CheckResult:
 
 
 def _check_memory() -> CheckResult:
-    total = available = None
-    try:
-        import psutil
-
-        vm = psutil.virtual_memory()
-        total, available = vm.total, vm.available
-    except Exception:  # noqa: BLE001 - fall back to /proc/meminfo
-        info = {}
-        for line in (_read("/proc/meminfo") or "").splitlines():
-            key, _, rest = line.partition(":")
-            if rest.strip().endswith("kB"):
-                info[key] = int(rest.split()[0]) * 1024
-        total, available = info.get("MemTotal"), info.get("MemAvailable")
+    total, available = probes.memory()
     limit, usage, version = _cgroup_memory()
     data = {"total_bytes": total, "available_bytes": available, "cgroup": version,
             "cgroup_limit_bytes": limit, "cgroup_usage_bytes": usage}
@@ -535,7 +382,7 @@ def _check_cpus(num_workers: Optional[int]) -> CheckResult:
     return CheckResult("cpus", "OK", detail + f"; num_workers={num_workers} fits", data=data)
 
 
-def _check_cuda(info: _TorchInfo, method: str) -> CheckResult:
+def _check_cuda(info: probes.TorchInfo, method: str) -> CheckResult:
     if info.error is not None:
         return CheckResult("cuda", "OK", "torch not importable: CUDA not checked")
     built = info.cuda

@@ -70,7 +70,7 @@ def test_diagnosis_api_shape():
 def test_every_cause_has_fixes_naming_a_notebook():
     from labutils.diagnose import _fixes
 
-    assert len(CAUSES) == 13
+    assert len(CAUSES) == 14 and "outside_loader" in CAUSES
     for cause in CAUSES:
         if cause == "ok":
             continue
@@ -98,8 +98,12 @@ def test_worker_exception():
 
 
 def test_unpicklable_dataset():
-    exc = ExceptionInfo("TypeError", "cannot pickle '_io.TextIOWrapper' object",
-                        traceback='  File "/usr/lib/python3.11/multiprocessing/reduction.py", line 60, in dump\n')
+    tb = ('  File "/home/u/train.py", line 40, in <module>\n    for batch in loader:\n'
+          '  File "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 491, in __iter__\n'
+          '  File "/usr/lib/python3.11/multiprocessing/process.py", line 121, in start\n'
+          '  File "/usr/lib/python3.11/multiprocessing/popen_spawn_posix.py", line 47, in _launch\n'
+          '  File "/usr/lib/python3.11/multiprocessing/reduction.py", line 60, in dump\n')
+    exc = ExceptionInfo("TypeError", "cannot pickle '_io.TextIOWrapper' object", traceback=tb)
     d = explain(result(exceptions=[exc], workers=workers(1)))
     assert d.cause == "unpicklable_dataset"
 
@@ -123,9 +127,19 @@ def test_main_not_importable():
     assert d.cause == "main_not_importable"
 
 
+SPAWN_CHILD_TB = ("Traceback (most recent call last):\n"
+                  '  File "<string>", line 1, in <module>\n'
+                  '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 122, in spawn_main\n'
+                  "    exitcode = _main(fd, parent_sentinel)\n"
+                  '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 131, in _main\n'
+                  "    prepare(preparation_data)\n"
+                  '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 140, in _check_not_importing_main\n'
+                  "    raise RuntimeError(...)\n")
+
+
 def test_missing_main_guard_beats_the_hang_it_causes():
-    stderr = ("RuntimeError: \n        An attempt has been made to start a new process before the\n"
-              "        current process has finished its bootstrapping phase.\n")
+    stderr = (SPAWN_CHILD_TB + "RuntimeError: \n        An attempt has been made to start a new process before "
+              "the\n        current process has finished its bootstrapping phase.\n")
     d = explain(result(outcome="timed_out", returncode=-9, stderr=stderr, reason="no result within 10 s"))
     assert d.cause == "missing_main_guard"
 
@@ -173,7 +187,11 @@ def test_sigbus_is_shm():
 
 
 def test_sigkill_with_no_space_left_on_shm_is_shm():
-    stderr = "RuntimeError: unable to write to file </torch_77_1_0>: No space left on device (28)\n"
+    stderr = ("Traceback (most recent call last):\n"
+              '  File "/usr/lib/python3.11/multiprocessing/queues.py", line 244, in _feed\n'
+              "    obj = _ForkingPickler.dumps(obj)\n"
+              '  File "/x/torch/multiprocessing/reductions.py", line 600, in reduce_storage\n'
+              "RuntimeError: unable to write to file </torch_77_1_0>: No space left on device (28)\n")
     d = explain(result(exceptions=died(100), workers=workers(-9), stderr=stderr))
     assert d.cause == "shm_exhausted"
 
@@ -243,10 +261,18 @@ def test_unsupported_run():
     assert d.cause == "unsupported"
 
 
-def test_failure_outside_the_dataloader_is_unknown():
-    tb = '  File "/home/u/train.py", line 30, in <module>\n    loss = model(x)\n'
+def test_failure_outside_the_dataloader_is_outside_loader():
+    tb = ('  File "/home/u/train.py", line 30, in <module>\n    loss = model(x)\n'
+          '  File "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", line 125, in forward\n')
     d = explain(result(exceptions=[ExceptionInfo("RuntimeError", "mat1 and mat2 shapes cannot be multiplied",
-                                                 traceback=tb)], workers=workers(0, 0)))
+                                                 traceback=tb)], workers=workers(0, -15)))
+    assert d.cause == "outside_loader" and d.confidence == "high"
+    assert "mat1 and mat2" in d.summary and "not to blame" in d.summary
+    assert not d.blames_loader
+
+
+def test_bare_message_without_origin_is_unknown():
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", "something odd")], workers=workers(0, 0)))
     assert d.cause == "unknown"
 
 

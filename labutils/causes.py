@@ -1,0 +1,340 @@
+"""The cause catalogue: every cause id the diagnosis can name, in one place.
+
+Each :class:`Cause` holds the id (stable: ``diagnose --json`` prints it), what happened in one line,
+the default summary, the fixes (each naming the notebook that demonstrates it), the error texts a
+learner sees for it (for the cheat sheet and the README map), and variants: other summaries and fixes
+for the same id where the evidence differs (a SIGKILL with memory evidence or without; an fd leak in
+the user's ``open()`` or IPC fd exhaustion). :data:`PRECEDENCE` orders the causes when one failure
+shows the evidence of several (resource exhaustion before the symptoms it causes).
+
+A new cause is one entry here plus a broken and a fixed script in ``labutils/scenarios/``.
+Nothing here imports torch or reads the machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+__all__ = ["CATALOGUE", "CAUSES", "LOADER_CAUSES", "NOTEBOOKS", "PRECEDENCE", "UNKNOWN", "UNSUPPORTED",
+           "Cause", "Fix", "cheatsheet_rows", "fixes_for", "get_cause"]
+
+#: Notebook stems by their two-digit number.
+NOTEBOOKS = {
+    "01": "01_read_the_error", "02": "02_spawn_and_pickling", "03": "03_corrupt_data",
+    "04": "04_memory_and_oom", "05": "05_shared_memory", "06": "06_file_descriptors",
+    "07": "07_hangs_and_timeouts",
+}
+
+#: Outside the vocabulary: the run could not start here / it failed and nothing says where.
+UNSUPPORTED = "unsupported"
+UNKNOWN = "unknown"
+
+
+@dataclass
+class Fix:
+    """One way out, and the notebook (stem, e.g. ``04_memory_and_oom``) that demonstrates it."""
+
+    text: str
+    notebook: str
+
+    @property
+    def path(self) -> str:
+        return f"notebooks/{self.notebook}.ipynb"
+
+    def __str__(self) -> str:
+        return f"{self.text}  [{self.path}]"
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One entry of the catalogue. ``fixes`` and each variant's fixes are ``(text, notebook number)``."""
+
+    id: str
+    title: str
+    summary: str
+    notebook: str
+    fixes: tuple = ()
+    messages: tuple = ()
+    variants: dict = field(default_factory=dict)  # name -> {"summary": str, "fixes": tuple}
+
+    def fix_list(self, variant: Optional[str] = None) -> list:
+        fixes = self.fixes
+        if variant and variant in self.variants and "fixes" in self.variants[variant]:
+            fixes = self.variants[variant]["fixes"]
+        return [Fix(text, NOTEBOOKS[nb]) for text, nb in fixes]
+
+    def summary_for(self, variant: Optional[str] = None) -> str:
+        if variant and variant in self.variants and "summary" in self.variants[variant]:
+            return self.variants[variant]["summary"]
+        return self.summary
+
+
+_OOM_OTHER_SENDERS = ("a `kill -9` by a person or a script, a scheduler's preemption (SLURM, Kubernetes), "
+                      "`timeout -s KILL`, systemd stopping a service")
+
+_ENTRIES = [
+    Cause("ok", "the loader finished", "the loader finished; no worker failed", "01_read_the_error"),
+    Cause(
+        "worker_exception",
+        "Python exception in `__getitem__`/collate, re-raised as \"Caught X in DataLoader worker process N\"",
+        "a Python exception in the Dataset/collate_fn", "01_read_the_error",
+        fixes=(
+            ("Read the inner exception after 'Original Traceback' (it names the file and line in your "
+             "Dataset or collate_fn); rerun with num_workers=0 to debug it in-process", "01"),
+            ("If some samples are bad, skip and record them (labutils.fixes.QuarantineDataset + "
+             "collate_skip) instead of returning zeros or letting one file stop the epoch", "03"),
+        ),
+        messages=("Caught ValueError in DataLoader worker process 0.",),
+    ),
+    Cause(
+        "unpicklable_dataset",
+        "dataset / collate_fn / worker_init_fn cannot be pickled for spawn or forkserver",
+        "the dataset (or collate_fn/worker_init_fn) cannot be pickled to start a spawn/forkserver worker",
+        "02_spawn_and_pickling",
+        fixes=(
+            ("Find the attribute that cannot be pickled: labutils.find_unpicklable(dataset)", "02"),
+            ("Open files, connections and locks lazily in each worker (labutils.fixes.LazyFile / "
+             "PerWorkerResource), not in __init__; keep collate_fn/worker_init_fn module-level functions, "
+             "not lambdas or local functions", "02"),
+            ("On Linux, multiprocessing_context='fork' avoids pickling (fork is unsafe with threads and "
+             "CUDA)", "02"),
+        ),
+        messages=("TypeError: cannot pickle '_io.TextIOWrapper' object",
+                  "UserWarning: Got pickle error when attempting to start a worker Process"),
+    ),
+    Cause(
+        "main_not_importable",
+        "spawn/forkserver child cannot find a class defined in `__main__` (notebook, stdin, `-c`)",
+        "spawn/forkserver workers could not import a class defined in __main__ (notebook, stdin or "
+        "python -c)", "02_spawn_and_pickling",
+        fixes=(
+            ("Move the Dataset class (and collate_fn, worker_init_fn) into a .py module and import it: "
+             "spawn/forkserver workers import classes by name and a notebook's __main__ has no file", "02"),
+            ("Run the training code as a script file (python train.py), not pasted into python -c or "
+             "stdin", "02"),
+            ("On Linux, multiprocessing_context='fork' needs no import of __main__", "02"),
+        ),
+        messages=("AttributeError: Can't get attribute 'MyDataset' on <module '__main__' (built-in)>",),
+    ),
+    Cause(
+        "missing_main_guard",
+        "spawn/forkserver re-imports a script without `if __name__ == \"__main__\":`",
+        "the script has no `if __name__ == \"__main__\":` guard: each spawned worker re-ran it and tried "
+        "to start workers of its own", "02_spawn_and_pickling",
+        fixes=(
+            ("Put the code that builds and iterates the DataLoader under `if __name__ == \"__main__\":` - "
+             "spawn/forkserver workers re-import your script and must not start workers themselves", "02"),
+        ),
+        messages=("An attempt has been made to start a new process before the current process has "
+                  "finished its bootstrapping phase.",),
+    ),
+    Cause(
+        "native_crash",
+        "worker killed by SIGSEGV / SIGFPE / SIGABRT / SIGILL",
+        "a worker died of a fatal signal in native code (segfault/abort), not a Python error",
+        "03_corrupt_data",
+        fixes=(
+            ("A C extension crashed in the worker (decoder, OpenCV, a corrupt file): enable faulthandler "
+             "in workers (labutils.fixes.worker_init_seed_and_faulthandler) to see which sample and call",
+             "03"),
+            ("Find and quarantine the file that crashes the decoder; validate data up front; update the "
+             "native library", "03"),
+            ("Rerun with num_workers=0 to get the crash in the main process under a debugger", "01"),
+        ),
+        messages=("DataLoader worker (pid 4242) is killed by signal: Segmentation fault.",),
+        variants={"main_process": {
+            "summary": "the main process died of a fatal signal in native code while the Dataset ran in it "
+                       "(num_workers=0): no worker died, the crash is in the data-loading code itself",
+            "fixes": (
+                ("Run Python with -X faulthandler (or faulthandler.enable()) to get the Python stack of the "
+                 "crash: it names the line of __getitem__ or collate_fn", "03"),
+                ("Find and quarantine the file that crashes the decoder; validate data up front; update "
+                 "the native library", "03"),
+            )}},
+    ),
+    Cause(
+        "oom_killed",
+        "worker killed by SIGKILL (the OOM killer's signal)",
+        "a process was SIGKILLed for using too much memory", "04_memory_and_oom",
+        fixes=(
+            ("Reduce the memory each worker holds: fewer workers, smaller batch_size or prefetch_factor, "
+             "no caches that grow per sample", "04"),
+            ("Avoid copy-on-read: keep sample lists/metadata in numpy arrays or one byte buffer instead of "
+             "Python lists/dicts, and measure worker USS/PSS (not RSS)", "04"),
+            ("Check the container or cgroup memory limit (dmesg shows the kernel OOM killer's log)", "04"),
+        ),
+        messages=("DataLoader worker (pid 4242) is killed by signal: Killed.",),
+        variants={"no_memory_evidence": {
+            "summary": "a worker was killed by SIGKILL; nothing recorded says it was for memory: the kernel "
+                       "OOM killer sends SIGKILL, and so do " + _OOM_OTHER_SENDERS,
+            "fixes": (
+                ("Look for the kernel's record first: `dmesg | grep -i -E 'killed process|oom'` (needs "
+                 "root on many systems), the cgroup's memory.events oom_kill counter, or your scheduler's "
+                 "job log (sacct, kubectl describe pod: OOMKilled)", "04"),
+                ("If it was memory: fewer workers, smaller batches or prefetch_factor, no per-sample "
+                 "caches, numpy buffers instead of Python lists (copy-on-read)", "04"),
+                ("If it was not: find who sent the signal (a kill -9, a preemption, timeout -s KILL) - "
+                 "the loader did nothing wrong", "01"),
+            )}},
+    ),
+    Cause(
+        "shm_exhausted",
+        "/dev/shm full: \"No space left on device\" on a torch shm file, or SIGBUS",
+        "shared memory (/dev/shm) ran out while workers passed batches to the main process",
+        "05_shared_memory",
+        fixes=(
+            ("Give /dev/shm more room (docker run --shm-size=2g or --ipc=host; Kubernetes: an emptyDir "
+             "with medium: Memory on /dev/shm)", "05"),
+            ("Keep batch bytes x prefetch_factor x num_workers under the free /dev/shm "
+             "(labutils.doctor shows the budget)", "05"),
+        ),
+        messages=("RuntimeError: unable to allocate shared memory(shm) for file </torch_...>: No space "
+                  "left on device (28)",
+                  "DataLoader worker (pid 4242) is killed by signal: Bus error."),
+    ),
+    Cause(
+        "fd_limit",
+        "too many open files / \"received 0 items of ancdata\"",
+        "the run hit the open-files limit (RLIMIT_NOFILE) while passing batches between processes",
+        "06_file_descriptors",
+        fixes=(
+            ("Raise the soft open-files limit (ulimit -n 65536, or resource.setrlimit at start-up)", "06"),
+            ("torch.multiprocessing.set_sharing_strategy('file_system') needs one fd per batch in flight, "
+             "not one per tensor kept alive", "06"),
+            ("Do not keep every batch alive: store what you need (.item(), .clone() of small tensors, "
+             "numpy copies) and let the batches go", "06"),
+        ),
+        messages=("RuntimeError: received 0 items of ancdata",
+                  "RuntimeError: Too many open files. Communication with the workers is no longer possible."),
+        variants={"user_leak": {
+            "summary": "your own code ran out of file descriptors: files opened in the Dataset are not "
+                       "closed (a leak), so every sample costs one more open file",
+            "fixes": (
+                ("Close what __getitem__ opens: `with open(path) as f:` (or PIL's `with Image.open(...)`), "
+                 "so each sample gives its descriptor back; a higher ulimit only postpones a leak", "06"),
+                ("Keep one handle per worker instead of one per sample (labutils.fixes.LazyFile / "
+                 "PerWorkerResource)", "02"),
+                ("Count the descriptors while it runs (ls /proc/<worker pid>/fd | wc -l): a number that "
+                 "grows with every sample is the leak", "06"),
+            )}},
+    ),
+    Cause(
+        "worker_exit",
+        "worker exited with a non-zero exit code without a signal",
+        "a worker process ended early (an exit code, or an exit(0) before its work was done) without a "
+        "Python traceback", "01_read_the_error",
+        fixes=(
+            ("Something in the worker called sys.exit()/os._exit() or a library exited: rerun with "
+             "num_workers=0 to see it in-process, and read the worker stderr", "01"),
+            ("Enable faulthandler in workers (labutils.fixes.make_worker_init) to see the last stack", "07"),
+        ),
+        messages=("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.",),
+        variants={"sigterm": {
+            "summary": "a worker was stopped by SIGTERM from outside the script (not an exit() of its own)",
+            "fixes": (
+                ("Find who sent SIGTERM: a scheduler at its time limit (SLURM: sacct -j JOB, --signal to "
+                 "get a warning first), torchrun stopping the other ranks after one failed (read the first "
+                 "failing rank's log), a Kubernetes eviction (kubectl describe pod), a person's `kill`", "01"),
+                ("Make the job resumable: checkpoint often and handle SIGTERM by saving and exiting", "07"),
+            )}},
+    ),
+    Cause(
+        "timeout",
+        "\"DataLoader timed out after N seconds\"",
+        "DataLoader(timeout=...) expired: a worker delivered no batch in time", "07_hangs_and_timeouts",
+        fixes=(
+            ("A worker did not deliver a batch in time: dump the workers' stacks (labutils.fixes."
+             "make_worker_init(dump_after=...)) to see where they wait (lock, network, a deadlock after "
+             "fork)", "07"),
+            ("Raise DataLoader(timeout=...) only if loading is legitimately slow; otherwise fix the stuck "
+             "call (locks or threads created before fork, e.g. OpenCV/OpenMP)", "07"),
+        ),
+        messages=("RuntimeError: DataLoader timed out after 5 seconds",),
+    ),
+    Cause(
+        "hang",
+        "no progress until the run's own time limit; the runner killed it",
+        "the loader made no progress: a worker or the main process was stuck", "07_hangs_and_timeouts",
+        fixes=(
+            ("Set DataLoader(timeout=...) so a stuck worker raises instead of hanging forever", "07"),
+            ("Dump the stacks of the stuck processes (faulthandler, py-spy dump) to see what they wait on",
+             "07"),
+            ("Bound the job with a watchdog / retry (labutils.fixes.ResilientLoader)", "07"),
+        ),
+        messages=("(no message: the loop stops)",),
+    ),
+    Cause(
+        "cuda_in_worker",
+        "CUDA touched in a forked worker, or on a build without CUDA",
+        "CUDA was touched inside a DataLoader worker (or on a build without CUDA)", "02_spawn_and_pickling",
+        fixes=(
+            ("Keep workers on the CPU: return CPU tensors from __getitem__ and move each batch to the "
+             "device in the training loop (pin_memory=True, batch.to(device, non_blocking=True))", "02"),
+            ("Pick the device once: device = 'cuda' if torch.cuda.is_available() else 'cpu'", "02"),
+            ("If workers must touch CUDA, use multiprocessing_context='spawn' (CUDA cannot be used in a "
+             "forked child)", "02"),
+        ),
+        messages=("RuntimeError: Cannot re-initialize CUDA in forked subprocess.",
+                  "AssertionError: Torch not compiled with CUDA enabled"),
+    ),
+    Cause(
+        "outside_loader",
+        "the script failed, but not in data loading (the model, the loss, torch.save/load, the user's own "
+        "code)",
+        "the script failed outside data loading: the DataLoader is not to blame", "01_read_the_error",
+        fixes=(
+            ("Read the traceback of the error shown: its last frames are in your training code or a "
+             "library it called (the model, the loss, torch.save/torch.load, your own pickling), not in "
+             "torch.utils.data", "01"),
+            ("torch.save pickles what it is given: save model.state_dict(), not objects holding lambdas, "
+             "locks or open files; torch.load of a whole pickled model needs its class importable under "
+             "the same module name (define Net in a module, not in __main__)", "02"),
+        ),
+        messages=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x8 and 4x2)",),
+    ),
+]
+
+CATALOGUE: dict = {c.id: c for c in _ENTRIES}
+
+#: The vocabulary (DESIGN.md), in catalogue order: ``ok``, the 12 loader causes, ``outside_loader``.
+CAUSES = tuple(CATALOGUE)
+#: The causes that blame data loading.
+LOADER_CAUSES = tuple(c for c in CAUSES if c not in ("ok", "outside_loader"))
+
+#: When one failure shows the evidence of several causes, the first listed wins. Resource exhaustion is
+#: named before the symptoms it produces (an exception in a worker, a killed worker, a hang); spawn
+#: start-up failures before the exit code or hang they cause; a bare hang is the last resort.
+PRECEDENCE = ("shm_exhausted", "fd_limit", "cuda_in_worker", "missing_main_guard", "main_not_importable",
+              "unpicklable_dataset", "native_crash", "oom_killed", "worker_exception", "timeout",
+              "worker_exit", "hang", "outside_loader", UNKNOWN)
+
+_UNKNOWN_FIXES = (("Read the exception above: nothing recorded says where it came from", "01"),)
+
+
+def get_cause(cause_id: str) -> Cause:
+    try:
+        return CATALOGUE[cause_id]
+    except KeyError:
+        raise KeyError(f"unknown cause {cause_id!r}; causes: {', '.join(CAUSES)}") from None
+
+
+def fixes_for(cause_id: str, variant: Optional[str] = None) -> list:
+    """The :class:`Fix` list of a cause (and of one of its variants); ``[]`` for ``ok``/``unsupported``."""
+    if cause_id == UNKNOWN:
+        return [Fix(text, NOTEBOOKS[nb]) for text, nb in _UNKNOWN_FIXES]
+    if cause_id in ("ok", UNSUPPORTED) or cause_id not in CATALOGUE:
+        return []
+    return CATALOGUE[cause_id].fix_list(variant)
+
+
+def cheatsheet_rows() -> list:
+    """``(error text, cause id, first fix, notebook path)`` for every message of every cause."""
+    rows = []
+    for cause in _ENTRIES:
+        if cause.id == "ok":
+            continue
+        first = cause.fix_list()[0]
+        for msg in cause.messages:
+            rows.append((msg, cause.id, first.text, first.path))
+    return rows

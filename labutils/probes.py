@@ -1,0 +1,387 @@
+"""Measurements of this machine and process that bear on DataLoader workers, in one place.
+
+Used by :mod:`labutils.doctor` (the preflight) and :mod:`labutils.diagnose` (the evidence lines of a
+diagnosis) alike: /dev/shm size and free space, RLIMIT_NOFILE and open descriptors, memory and the
+cgroup limit, CPUs and the cgroup quota, the torch build (read from its files, without importing it),
+the default start method (without fixing the default context), whether ``__main__`` can be imported
+by a spawned child, the kernel's OOM-kill record, and who is likely to send SIGTERM here.
+
+Every probe is a small function that returns None (or an empty value) when it cannot measure, so that
+tests can replace one measurement without touching the machine. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional
+
+SHM_PATH = "/dev/shm"
+
+
+# --------------------------------------------------------------------------- files
+def read_text(path: str) -> Optional[str]:
+    """The stripped text of a small file, or None when it cannot be read."""
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+# --------------------------------------------------------------------------- /dev/shm
+def shm_usage(path: str = SHM_PATH) -> Optional[tuple]:
+    """(total_bytes, free_bytes) of the filesystem at ``path``; None when it does not exist."""
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):
+        return None
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+# --------------------------------------------------------------------------- cgroups
+def cgroup_paths(read=read_text) -> dict:
+    """controller -> cgroup path of this process, from /proc/self/cgroup ("" is the v2 unified one)."""
+    text = read("/proc/self/cgroup") or ""
+    paths = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in parts[1].split(",") if parts[1] else [""]:
+                paths[controller] = parts[2]
+    return paths
+
+
+def cgroup_file(controller_dir: str, own: Optional[str], name: str, read=read_text) -> Optional[str]:
+    """A file of this process's cgroup (or of the root one where the own path is not mounted)."""
+    candidates = []
+    if own and own != "/":
+        candidates.append(os.path.join(controller_dir, own.lstrip("/"), name))
+    candidates.append(os.path.join(controller_dir, name))
+    for path in candidates:
+        text = read(path)
+        if text is not None:
+            return text
+    return None
+
+
+def cgroup_memory(read=read_text) -> tuple:
+    """(limit_bytes or None, usage_bytes or None, "v1"/"v2"/None) of this process's memory cgroup."""
+    paths = cgroup_paths(read)
+    limit = cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.max", read)
+    if limit is not None:
+        usage = cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.current", read)
+        return (None if limit == "max" else int(limit)), (int(usage) if usage else None), "v2"
+    limit = cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.limit_in_bytes", read)
+    if limit is not None:
+        usage = cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.usage_in_bytes", read)
+        value = int(limit)
+        return (None if value >= 2**60 else value), (int(usage) if usage else None), "v1"
+    return None, None, None
+
+
+def cgroup_cpus(read=read_text) -> Optional[float]:
+    """CPU quota of the cgroup in CPUs (v2 cpu.max or v1 cfs quota/period); None when unlimited."""
+    paths = cgroup_paths(read)
+    text = cgroup_file("/sys/fs/cgroup", paths.get(""), "cpu.max", read)
+    if text:
+        quota, _, period = text.partition(" ")
+        if quota != "max" and period:
+            return int(quota) / int(period)
+        return None
+    quota = cgroup_file("/sys/fs/cgroup/cpu", paths.get("cpu"), "cpu.cfs_quota_us", read)
+    period = cgroup_file("/sys/fs/cgroup/cpu", paths.get("cpu"), "cpu.cfs_period_us", read)
+    if quota and period and int(quota) > 0:
+        return int(quota) / int(period)
+    return None
+
+
+def cgroup_oom_kills(read=read_text) -> Optional[dict]:
+    """The OOM-kill counter of this process's memory cgroup: ``{"oom_kill": n, "source": ...}`` or None."""
+    paths = cgroup_paths(read)
+    text = cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.events", read)
+    source = "memory.events"
+    if text is None:
+        text = cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.oom_control", read)
+        source = "memory.oom_control"
+    if text is None:
+        return None
+    m = re.search(r"^oom_kill\s+(\d+)", text, re.M)
+    return {"oom_kill": int(m.group(1)), "source": source} if m else None
+
+
+# --------------------------------------------------------------------------- CPUs, fds, memory
+def cpu_count() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def open_fds(pid: Optional[int] = None) -> Optional[int]:
+    """Open descriptors of a process (this one by default)."""
+    dirs = (f"/proc/{pid}/fd",) if pid else ("/proc/self/fd", "/dev/fd")
+    for d in dirs:
+        try:
+            return len(os.listdir(d)) - (0 if pid else 1)  # listdir's own descriptor
+        except OSError:
+            continue
+    try:
+        import psutil
+
+        return psutil.Process(pid).num_fds()
+    except Exception:  # noqa: BLE001 - optional probe
+        return None
+
+
+def nofile_limits() -> Optional[tuple]:
+    """(soft, hard) RLIMIT_NOFILE, ``resource.RLIM_INFINITY`` for unlimited; None where it does not exist."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def meminfo(read=read_text) -> dict:
+    """/proc/meminfo in bytes (MemTotal, MemAvailable, ...); {} elsewhere."""
+    out = {}
+    for line in (read("/proc/meminfo") or "").splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0]) * 1024
+    return out
+
+
+def memory() -> tuple:
+    """(total_bytes, available_bytes) of the machine; (None, None) when unknown."""
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return vm.total, vm.available
+    except Exception:  # noqa: BLE001 - fall back to /proc/meminfo
+        info = meminfo()
+        return info.get("MemTotal"), info.get("MemAvailable")
+
+
+# --------------------------------------------------------------------------- start method and __main__
+def default_start_method() -> str:
+    """The start method a DataLoader gets when none is set, without fixing the default context."""
+    current = multiprocessing.get_start_method(allow_none=True)
+    if current:
+        return current
+    try:  # the name the default context would use (private, so guarded)
+        from multiprocessing import context
+
+        return context._default_context._default_context._name  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001
+        if sys.platform in ("darwin", "win32"):
+            return "spawn"
+        return "forkserver" if sys.version_info >= (3, 14) else "fork"
+
+
+def main_importable(main: Any = None) -> bool:
+    """True when a spawn/forkserver child can re-import ``__main__``: it must be a real file.
+
+    False in a notebook kernel and with ``python -c`` (no ``__file__``) and with ``python - < x.py``
+    (``__file__`` is ``'<stdin>'``, which the child cannot open).
+    """
+    main = sys.modules.get("__main__") if main is None else main
+    path = getattr(main, "__file__", None)
+    return bool(path) and os.path.isfile(path)
+
+
+# --------------------------------------------------------------------------- torch build
+@dataclass
+class TorchInfo:
+    module: Any = None  # the torch module when it is imported in this process
+    version: Optional[str] = None
+    cuda: Optional[str] = None
+    location: Optional[str] = None
+    error: Optional[str] = None
+    import_s: float = 0.0
+
+
+def read_torch_version_file(package_dir: str) -> dict:
+    """The literal assignments of torch/version.py (``__version__``, ``cuda``), read without importing."""
+    import ast
+
+    values: dict = {}
+    try:
+        with open(os.path.join(package_dir, "version.py")) as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return values
+    for node in tree.body:
+        target = value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        if isinstance(target, ast.Name):
+            try:
+                values[target.id] = ast.literal_eval(value)
+            except ValueError:
+                pass
+    return values
+
+
+def torch_info(import_torch: bool = False) -> TorchInfo:
+    """Describe torch without importing it (importing costs 1-5 s) unless asked to or already imported."""
+    if "torch" not in sys.modules and import_torch:
+        t0 = time.perf_counter()
+        try:
+            import torch  # noqa: F401
+        except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install raising anything
+            return TorchInfo(error=f"{type(exc).__name__}: {exc}", import_s=time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+    else:
+        seconds = 0.0
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "__version__"):
+        version = getattr(torch, "__version__", None)
+        cuda = getattr(getattr(torch, "version", None), "cuda", None)
+        return TorchInfo(torch, str(version), cuda, getattr(torch, "__file__", None), import_s=seconds)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError) as exc:
+        return TorchInfo(error=f"{type(exc).__name__}: {exc}")
+    if spec is None or not spec.submodule_search_locations:
+        return TorchInfo(error="No module named 'torch'")
+    package_dir = list(spec.submodule_search_locations)[0]
+    values = read_torch_version_file(package_dir)
+    return TorchInfo(None, values.get("__version__"), values.get("cuda"), package_dir)
+
+
+# --------------------------------------------------------------------------- who kills processes here
+def dmesg_oom_lines(pids: Iterable[int], timeout: float = 2.0) -> list:
+    """Kernel log lines that name one of ``pids`` as killed by the OOM killer (``[]`` if unreadable)."""
+    wanted = {int(p) for p in pids if p}
+    if not wanted or not sys.platform.startswith("linux"):
+        return []
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if done.returncode != 0:
+        return []
+    lines = []
+    for line in done.stdout.splitlines()[-2000:]:
+        for m in re.finditer(r"(?:Killed process|oom-kill:.*?,pid=|task_memcg.*?pid=)\s*(\d+)", line):
+            if int(m.group(1)) in wanted and ("oom" in line.lower() or "Killed process" in line):
+                lines.append(line.strip())
+                break
+    return lines
+
+
+def kernel_oom_record(pids: Iterable[int]) -> Optional[dict]:
+    """The kernel's record of an OOM kill of one of ``pids``, read now: dmesg lines naming the pid.
+
+    (The counter of this process's own cgroup is not enough on its own: it counts kills of any process
+    of the cgroup, at any time. The runner reads its run's child cgroup, which is specific.)
+    """
+    pids = list(pids)
+    lines = dmesg_oom_lines(pids)
+    if lines:
+        return {"source": "dmesg", "lines": lines[:3], "pids": pids}
+    return None
+
+
+#: Environment variables that name a scheduler or launcher which stops processes with SIGTERM.
+_SENDERS = (
+    ("SLURM_JOB_ID", "SLURM (at the job's time limit, or scancel; `sacct -j $SLURM_JOB_ID` shows why)"),
+    ("TORCHELASTIC_RUN_ID", "torchrun / torch.distributed.elastic (it sends SIGTERM to the other ranks "
+                            "when one rank fails: look for the first failing rank in its log)"),
+    ("KUBERNETES_SERVICE_HOST", "Kubernetes (an eviction: memory pressure, an emptyDir over its sizeLimit, "
+                                "a node drain; `kubectl describe pod` shows it)"),
+)
+
+
+def sigterm_senders(env: Optional[Mapping[str, str]] = None) -> list:
+    """Likely senders of a SIGTERM in this environment, from the variables schedulers and launchers set."""
+    env = os.environ if env is None else env
+    found = []
+    for var, who in _SENDERS:
+        if env.get(var):
+            found.append(who)
+    if not found and any(k.startswith("SLURM_") for k in env):
+        found.append(_SENDERS[0][1])
+    if not found and any(k.startswith("TORCHELASTIC_") for k in env):
+        found.append(_SENDERS[1][1])
+    return found
+
+
+# --------------------------------------------------------------------------- the lines a diagnosis shows
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.0f} MiB" if n < 2**30 * 10 else f"{n / 2**30:.1f} GiB"
+
+
+def environment_lines(options: Optional[dict] = None, iters: Optional[list] = None, live: bool = False) -> list:
+    """Short lines about this machine (and a run's limits) that bear on DataLoader failures."""
+    options = options or {}
+    lines = []
+    info = torch_info(False)
+    py = ".".join(map(str, sys.version_info[:3]))
+    ver = info.version
+    lines.append(f"python {py}; torch {ver or 'not installed'}"
+                 + ("" if ver is None else f" ({'CUDA ' + info.cuda if info.cuda else 'CPU-only build'})"))
+    methods = sorted({it.get("start_method") for it in iters or [] if it.get("start_method")})
+    if methods:
+        sm = f"start method used by the DataLoader: {', '.join(methods)}"
+    elif options.get("start_method"):
+        sm = f"start method of the run: {options['start_method']}"
+    else:
+        chosen = multiprocessing.get_start_method(allow_none=True)
+        sm = f"start method: {chosen or default_start_method()}" + ("" if chosen else " (platform default)")
+    lines.append(sm)
+    for it in (iters or [])[:1]:
+        parts = [f"{k}={it.get(k)}" for k in ("num_workers", "batch_size", "prefetch_factor", "timeout",
+                                               "sharing_strategy", "pin_memory") if k in it]
+        if parts:
+            lines.append("DataLoader: " + ", ".join(parts))
+    if options.get("shm_size"):
+        lines.append(f"/dev/shm of the run: a private tmpfs of {_mib(options['shm_size'])}")
+    else:
+        shm = shm_usage()
+        lines.append(f"/dev/shm: {_mib(shm[1])} free of {_mib(shm[0])}" if shm else "/dev/shm: not present")
+    limits = nofile_limits()
+    if limits:
+        import resource
+
+        soft, hard = limits
+        hard_s = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+        if options.get("nofile"):
+            lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {soft}/{hard_s})")
+        else:
+            fds = ""
+            if live:
+                n = open_fds()
+                fds = f", {n} open now" if n is not None else ""
+            lines.append(f"open-files limit (RLIMIT_NOFILE): soft {soft}, hard {hard_s}{fds}")
+    mem = meminfo()
+    budget = options.get("memory_budget")
+    if mem.get("MemAvailable"):
+        line = f"memory available: {_mib(mem['MemAvailable'])} of {_mib(mem.get('MemTotal', 0))}"
+        if budget:
+            line += f"; run's memory budget: {_mib(budget)}"
+        lines.append(line)
+    if live:
+        if not main_importable():
+            lines.append("this __main__ has no file a new process could import (notebook, stdin or -c): "
+                         "spawn/forkserver workers cannot import classes defined here")
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            try:
+                lines.append(f"CUDA: available={torch.cuda.is_available()}, "
+                             f"initialised in this process={torch.cuda.is_initialized()}")
+            except Exception:  # noqa: BLE001
+                pass
+    return lines
