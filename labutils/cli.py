@@ -1,27 +1,43 @@
-"""``python -m labutils COMMAND``: doctor, diagnose, tour, run."""
+"""``python -m labutils COMMAND``: doctor, diagnose, tour, run (argparse subcommands).
+
+Each subcommand keeps its own parser (``doctor_main``, ``diagnose_main``, ``tour_main``, ``run_main``);
+this one picks the command and hands it the rest of the command line, so ``python -m labutils
+COMMAND --help`` shows that command's options and ``diagnose`` can pass everything after SCRIPT to
+the script untouched.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m labutils COMMAND [options]
-
-commands:
-  tour                 every scenario, broken then fixed, as a table
-  run SCENARIO         one scenario, broken then fixed, with the full evidence
-  diagnose SCRIPT ...  run a training script isolated and name the cause of its crash
-  doctor               check this machine for multi-process data loading
-
-`python -m labutils COMMAND --help` shows the options of a command."""
+COMMANDS = {
+    "tour": "every scenario, broken then fixed, as a table",
+    "run": "one scenario (run SCENARIO), broken then fixed, with the full evidence",
+    "diagnose": "run a training script or notebook isolated and name the cause of its crash",
+    "doctor": "check this machine for multi-process data loading",
+}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(USAGE)
-        return 0 if args else 2
-    command, rest = args[0], args[1:]
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"labutils: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m labutils", description="DataLoader Crash Lab command line.",
+                     epilog="`python -m labutils COMMAND --help` shows the options of a command.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name, text in COMMANDS.items():
+        # add_help=False: the command's own parser answers --help with its own options
+        p = sub.add_parser(name, help=text, description=text, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
+
+
+def _dispatch(command: str, rest: list) -> int:
     if command == "doctor":
         from .doctor import doctor_main
 
@@ -34,9 +50,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .tour import tour_main
 
         return tour_main(rest)
-    if command == "run":
-        from .tour import run_main
+    from .tour import run_main
 
-        return run_main(rest)
-    print(f"labutils: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+    return run_main(rest)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not args:
+        parser.print_help(sys.stderr)
+        return 2
+    if args[0] in ("-h", "--help", "help"):
+        parser.print_help()
+        return 0
+    if args[0] not in COMMANDS:
+        print(f"labutils: unknown command {args[0]!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        parser.print_usage(sys.stderr)
+        return 2
+    try:
+        ns = parser.parse_args(args[:1] + ["--", *args[1:]] if len(args) > 1 else args)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else 2
+    rest = list(ns.rest)
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    return _dispatch(ns.command, rest)

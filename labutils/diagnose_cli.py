@@ -1,133 +1,165 @@
-"""``python -m labutils diagnose [OPTIONS] SCRIPT [ARGS...]``: run a training script isolated and name the cause.
+"""``python -m labutils diagnose [OPTIONS] SCRIPT|NOTEBOOK [ARGS...]``: run it isolated and name the cause.
 
-The script runs unchanged in a fresh process under the same limits as :func:`labutils.run_isolated`.
-Its own output is kept and shown. Even a script that catches the DataLoader error and exits 0 is
-diagnosed from what happened (every exception that escaped a DataLoader iterator is recorded, and so
-is every worker's exit status). Options come before SCRIPT; everything after SCRIPT is the script's.
+A script runs unchanged in a fresh process under the same limits as :func:`labutils.run_isolated`.
+A notebook (``.ipynb``) is executed cell by cell in a real Jupyter kernel (nbclient) started inside
+that isolated run, so the limits apply to the kernel and its workers too, and a class defined in a
+cell is as unimportable for spawn workers as it is in JupyterLab; the report names the failing cell.
+Even a script that catches the DataLoader error and exits 0 is diagnosed from what happened.
+
+A run is stopped early only by ``--stall`` (no batch delivered for that long while workers are alive:
+diagnosed as a hang, with the stacks of the stuck processes) or ``--timeout`` (a total limit, off by
+default so that a long healthy training is never cut). Options come before SCRIPT; everything after
+SCRIPT is the script's.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m labutils diagnose [OPTIONS] SCRIPT [ARGS...]
+PROG = "python -m labutils diagnose"
+DEFAULT_STALL = 300.0
+DEFAULT_TIMEOUT = None  # no total limit: a long healthy run is not a hang
 
-Run a training script isolated (a fresh process; the limits below apply to it only) and name the
-cause of its DataLoader failure. Options go before SCRIPT; everything after SCRIPT is passed to it.
-
-options:
-  --timeout SECONDS        kill the run after this long (default 300); reported as a hang
-  --memory-budget SIZE     SIGKILL any process of the run whose RSS exceeds SIZE (e.g. 600M), as the
-                           kernel OOM killer would
-  --shm-size SIZE          run with a private /dev/shm of SIZE (e.g. 8M; Linux, needs mount namespaces)
-  --nofile N               RLIMIT_NOFILE soft limit of the run
-  --start-method METHOD    fork, spawn or forkserver for the run's multiprocessing
-  --stdin-main             run the script as if pasted into a notebook / python - (its __main__ has no
-                           file, so spawn/forkserver workers cannot import classes defined in it)
-  --json                   print one JSON object (cause, summary, evidence, fixes, outcome, exit,
-                           workers, ...) instead of the report
-  --quiet                  do not echo the script's own output in the report
-  -h, --help               show this help
-
-exit status: 0 when the run was diagnosed `ok`, 1 when a cause was found, 2 for a usage error
-(missing file, not a Python script, bad option)."""
-
-_VALUE_OPTIONS = {"--timeout", "--memory-budget", "--shm-size", "--nofile", "--start-method"}
-_FLAG_OPTIONS = {"--stdin-main", "--json", "--quiet"}
-DEFAULT_TIMEOUT = 300.0
+_EPILOG = """exit status: 0 when the run was diagnosed `ok`, 1 when a cause was found, 2 for a usage error
+(missing file, not a Python script or notebook, bad option)."""
 
 
 class UsageError(Exception):
     pass
 
 
-def _parse(argv: Sequence[str]) -> tuple:
-    """Split argv into (options, script, script_args). Options stop at the first non-option (SCRIPT)."""
-    opts: dict = {}
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            i += 1
-            break
-        if not arg.startswith("-") or arg == "-":
-            break
-        if arg in ("-h", "--help"):
-            opts["help"] = True
-            i += 1
-            continue
-        name, eq, value = arg.partition("=")
-        if name in _FLAG_OPTIONS:
-            if eq:
-                raise UsageError(f"option {name} takes no value")
-            opts[name[2:].replace("-", "_")] = True
-            i += 1
-            continue
-        if name in _VALUE_OPTIONS:
-            if not eq:
-                if i + 1 >= len(args):
-                    raise UsageError(f"option {name} needs a value")
-                value = args[i + 1]
-                i += 1
-            opts[name[2:].replace("-", "_")] = value
-            i += 1
-            continue
-        raise UsageError(f"unknown option {arg!r} (options go before SCRIPT; see --help)")
-    if opts.get("help"):
-        return opts, None, []
-    if i >= len(args):
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one clear line and exit status 2, never a traceback
+        if "arguments are required" in message:
+            message = "no SCRIPT given"
+        elif message.startswith("unrecognized arguments"):
+            message = f"unknown option {message.split(':', 1)[1].strip()} (options go before SCRIPT; see --help)"
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Run a training script or notebook isolated (a fresh process; the "
+                "limits below apply to it only) and name the cause of its DataLoader failure. Options go "
+                "before SCRIPT; everything after SCRIPT is passed to it.", epilog=_EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stall", metavar="SECONDS", type=_positive("--stall"), default=None,
+                   help=f"stop the run when no batch is delivered for this long while DataLoader workers are "
+                        f"alive, and diagnose a hang with the stacks of the stuck processes (default "
+                        f"{DEFAULT_STALL:g}; 0 turns it off)")
+    p.add_argument("--timeout", metavar="SECONDS", type=_positive("--timeout"), default=None,
+                   help="stop the run after this long in total, whatever it is doing (default: no limit)")
+    p.add_argument("--memory-budget", metavar="SIZE", type=_size("--memory-budget"),
+                   help="memory limit of the run (e.g. 600M): the kernel's OOM killer in a cgroup where the "
+                        "OS allows, else the lab's watchdog SIGKILLs any process over it")
+    p.add_argument("--shm-size", metavar="SIZE", type=_size("--shm-size"),
+                   help="run with a private /dev/shm of SIZE (e.g. 8M; Linux, needs mount namespaces)")
+    p.add_argument("--nofile", metavar="N", type=_nofile, help="RLIMIT_NOFILE soft limit of the run")
+    p.add_argument("--start-method", metavar="METHOD", type=_method,
+                   help="fork, spawn or forkserver for the run's multiprocessing (a notebook's kernel too)")
+    p.add_argument("--stdin-main", action="store_true",
+                   help="run the script as if pasted into a notebook / python - (its __main__ has no file, so "
+                        "spawn/forkserver workers cannot import classes defined in it)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (cause, summary, evidence, fixes, outcome, exit, workers, "
+                        "memory_limit, ...) instead of the report")
+    p.add_argument("--quiet", action="store_true", help="do not echo the script's own output in the report")
+    p.add_argument("script", metavar="SCRIPT", help="a Python script, or a notebook (.ipynb)")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script")
+    return p
+
+
+def _positive(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds") from None
+        if value < 0 or (value == 0 and name != "--stall"):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
+        return value
+
+    return parse
+
+
+def _size(name: str):
+    def parse(text: str) -> str:
+        from ._sizes import parse_size
+
+        try:
+            parse_size(text)
+        except (ValueError, TypeError) as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+        return text
+
+    return parse
+
+
+def _nofile(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give an integer") from None
+    if value < 16:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 16 (Python itself needs a few descriptors)")
+    return value
+
+
+def _method(text: str) -> str:
+    if text not in ("fork", "spawn", "forkserver"):
+        raise argparse.ArgumentTypeError(f"{text!r}: use fork, spawn or forkserver")
+    return text
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    argv = list(argv)
+    if not argv:
         raise UsageError("no SCRIPT given")
-    return opts, args[i], args[i + 1:]
+    return build_parser().parse_args(argv)
 
 
-def _limits(opts: dict) -> dict:
-    from ._sizes import parse_size
+def _run_supports(name: str) -> bool:
+    import inspect
 
-    kw: dict = {"timeout": DEFAULT_TIMEOUT}
-    if "timeout" in opts:
-        try:
-            kw["timeout"] = float(opts["timeout"])
-        except ValueError:
-            raise UsageError(f"--timeout {opts['timeout']!r}: give a number of seconds") from None
-        if not kw["timeout"] > 0:
-            raise UsageError("--timeout must be positive")
-    for name in ("memory_budget", "shm_size"):
-        if name in opts:
-            try:
-                parse_size(opts[name])
-            except (ValueError, TypeError) as exc:
-                raise UsageError(f"--{name.replace('_', '-')} {opts[name]!r}: {exc}") from None
-            kw[name] = opts[name]
-    if "nofile" in opts:
-        try:
-            kw["nofile"] = int(opts["nofile"])
-        except ValueError:
-            raise UsageError(f"--nofile {opts['nofile']!r}: give an integer") from None
-        if kw["nofile"] < 16:
-            raise UsageError("--nofile must be at least 16 (Python itself needs a few descriptors)")
-    if "start_method" in opts:
-        if opts["start_method"] not in ("fork", "spawn", "forkserver"):
-            raise UsageError(f"--start-method {opts['start_method']!r}: use fork, spawn or forkserver")
-        kw["start_method"] = opts["start_method"]
-    if opts.get("stdin_main"):
+    from .isolate import run_isolated
+
+    return name in inspect.signature(run_isolated).parameters
+
+
+def _limits(args: argparse.Namespace) -> dict:
+    kw: dict = {"timeout": args.timeout if args.timeout is not None else DEFAULT_TIMEOUT}
+    stall = DEFAULT_STALL if args.stall is None else args.stall
+    if stall:
+        if _run_supports("stall"):
+            kw["stall"] = stall
+        elif args.stall is not None:
+            raise UsageError("--stall: this runner cannot watch the loader's progress yet (run_isolated has no "
+                             "stall=); use --timeout SECONDS for a total limit")
+    for name in ("memory_budget", "shm_size", "nofile", "start_method"):
+        value = getattr(args, name)
+        if value is not None:
+            kw[name] = value
+    if args.stdin_main:
         kw["notebook_main"] = True
     return kw
 
 
 def _check_script(script: str) -> str:
+    """``"script"`` or ``"notebook"``; a UsageError with one line for anything else."""
     if not os.path.exists(script):
         raise UsageError(f"{script}: no such file")
     if os.path.isdir(script):
-        raise UsageError(f"{script}: is a directory, give a Python script")
+        raise UsageError(f"{script}: is a directory, give a Python script or a notebook")
     try:
         with open(script, "rb") as fh:
             data = fh.read()
     except OSError as exc:
         raise UsageError(f"{script}: cannot read it ({exc.strerror})") from None
+    if script.endswith(".ipynb"):
+        return _check_notebook(script, data)
     if b"\x00" in data[:8192]:
         raise UsageError(f"{script}: not a Python script (binary file)")
     try:
@@ -141,7 +173,26 @@ def _check_script(script: str) -> str:
             from None
     except ValueError as exc:
         raise UsageError(f"{script}: not a Python script ({exc})") from None
-    return script
+    return "script"
+
+
+def _check_notebook(path: str, data: bytes) -> str:
+    try:
+        nb = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{path}: not a Jupyter notebook (not JSON: {exc})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise UsageError(f"{path}: not a Jupyter notebook (no list of cells)")
+    if int(nb.get("nbformat", 0) or 0) < 4:
+        raise UsageError(f"{path}: notebook format {nb.get('nbformat')} is too old; open and save it in "
+                         "JupyterLab (format 4)")
+    try:
+        import nbclient  # noqa: F401
+        import nbformat  # noqa: F401
+    except ImportError:
+        raise UsageError("running a notebook needs nbclient and nbformat (installed with jupyterlab): "
+                         "pip install nbclient") from None
+    return "notebook"
 
 
 def _workers(result) -> list:
@@ -149,6 +200,7 @@ def _workers(result) -> list:
     for w in result.workers:
         out.append({"pid": w.pid, "role": w.role, "exitcode": w.exitcode, "signal": w.signal,
                     "status": w.status, "killed_by_watchdog": w.killed_by_watchdog,
+                    "killed_by_kernel_oom": bool(getattr(w, "killed_by_kernel_oom", False)),
                     "peak_rss": w.peak_rss})
     return out
 
@@ -156,8 +208,8 @@ def _workers(result) -> list:
 def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
     """The ``--json`` object for a run."""
     d = result.diagnosis
-    return {
-        "cause": d.cause, "summary": d.summary, "confidence": d.confidence,
+    out = {
+        "cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
         "evidence": d.evidence,
         "fixes": [{"text": f.text, "notebook": f.notebook, "path": f.path} for f in d.fixes],
         "outcome": result.outcome, "exit": result.exit_text, "returncode": result.returncode,
@@ -167,10 +219,16 @@ def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
         "loader_errors": [[{"type": e.type, "message": e.message, "link": e.link} for e in chain]
                           for chain in result.loader_errors],
         "watchdog_kills": result.watchdog_kills,
+        "memory_limit": getattr(result, "memory_limit", None),
+        "stall": getattr(result, "stall", None),
         "wall_time": round(result.wall_time, 3),
         "script": script, "args": list(script_args), "options": result.options,
         "stdout": result.stdout, "stderr": result.stderr,
     }
+    cell = getattr(result, "failing_cell", None)
+    if cell is not None or script.endswith(".ipynb"):
+        out["cell"] = cell
+    return out
 
 
 def _report_text(result, script: str, quiet: bool) -> str:
@@ -185,35 +243,51 @@ def _report_text(result, script: str, quiet: bool) -> str:
     d = result.diagnosis
     lines.append(f"diagnose {script}: {result.outcome}, main process {result.exit_text}, "
                  f"{result.wall_time:.1f} s")
+    cell = getattr(result, "failing_cell", None)
+    if cell:
+        lines.append(f"failing cell: {cell['index']} (code cell {cell['code_index']}): {cell['head']}")
     if result.reason:
         lines.append(f"reason: {result.reason}")
     lines.append(str(d))
     return "\n".join(lines)
 
 
+def _usage_fail(message: str) -> int:
+    print(f"labutils diagnose: {message}", file=sys.stderr)
+    print(f"usage: {PROG} [OPTIONS] SCRIPT|NOTEBOOK [ARGS...]   (--help for the options)", file=sys.stderr)
+    return 2
+
+
 def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``python -m labutils diagnose``; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        build_parser().print_help()
+        return 0
     try:
-        opts, script, script_args = _parse(argv)
-        if opts.get("help"):
-            print(USAGE)
-            return 0
-        kw = _limits(opts)
-        _check_script(script)
+        args = _parse(argv)
+        kind = _check_script(args.script)
+        if kind == "notebook" and args.stdin_main:
+            raise UsageError("--stdin-main is for scripts; a notebook always runs in a kernel whose __main__ "
+                             "has no file")
+        if kind == "notebook" and args.args:
+            raise UsageError("a notebook takes no arguments")
+        kw = _limits(args)
     except UsageError as exc:
-        print(f"labutils diagnose: {exc}", file=sys.stderr)
-        print("usage: python -m labutils diagnose [OPTIONS] SCRIPT [ARGS...]   (--help for the options)",
-              file=sys.stderr)
-        return 2
+        return _usage_fail(str(exc))
+    except SystemExit as exc:  # argparse's own --help inside the options
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
 
     from .isolate import IsolationError, run_isolated
 
+    # The monitor only needs to sample often when it enforces a memory budget; otherwise a slower
+    # pace keeps the CPU it takes from the script (on 2 cores) out of the measured overhead.
+    interval = 0.05 if "memory_budget" in kw else 0.5
     try:
-        # The monitor only needs to sample often when it enforces a memory budget; otherwise a slower
-        # pace keeps the CPU it takes from the script (on 2 cores) out of the measured overhead.
-        interval = 0.05 if "memory_budget" in kw else 0.5
-        result = run_isolated(file=script, argv=script_args, sample_interval=interval, **kw)
+        if kind == "notebook":
+            result = _run_notebook(args.script, kw, interval)
+        else:
+            result = run_isolated(file=args.script, argv=args.args, sample_interval=interval, **kw)
     except IsolationError as exc:
         print(f"labutils diagnose: {exc}", file=sys.stderr)
         return 2
@@ -222,13 +296,346 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
     if result.outcome == "unsupported":
         print(f"labutils diagnose: the run could not start: {result.reason}", file=sys.stderr)
-        if opts.get("json"):
+        if args.json:
             print(json.dumps({"cause": "unsupported", "summary": result.reason, "evidence": [],
                               "fixes": [], "outcome": result.outcome, "exit": result.exit_text,
-                              "workers": []}))
+                              "workers": [], "memory_limit": getattr(result, "memory_limit", None)}))
         return 2
-    if opts.get("json"):
-        print(json.dumps(report_dict(result, script, script_args), default=repr))
+    if args.json:
+        print(json.dumps(report_dict(result, args.script, args.args), default=repr))
     else:
-        print(_report_text(result, script, bool(opts.get("quiet"))))
+        print(_report_text(result, args.script, args.quiet))
     return 0 if result.diagnosis.cause == "ok" else 1
+
+
+# =========================================================================== notebooks
+def _run_notebook(path: str, kw: dict, interval: float):
+    """Execute the notebook in a Jupyter kernel inside an isolated run; a RunResult of the kernel's evidence."""
+    from .isolate import run_isolated
+
+    start_method = kw.pop("start_method", None)
+    code = _NB_RUNNER.replace("@@CONFIG@@", repr(json.dumps({
+        "path": os.path.abspath(path), "start_method": start_method, "preamble": _KERNEL_PREAMBLE})))
+    outer = run_isolated(code, sample_interval=interval, cwd=os.path.dirname(os.path.abspath(path)) or None,
+                         **kw)
+    return _kernel_result(outer, path, start_method)
+
+
+def _kernel_result(outer, path: str, start_method: Optional[str]):
+    """A RunResult made of what the kernel recorded (its exception, loader events, workers), inside the
+    outer run's limits, outcome and stderr (the kernel's and its workers' fd 2 go there)."""
+    from .result import ExceptionInfo, ProcessInfo, RunResult
+
+    nb = (outer.values or {}).get("notebook")
+    if outer.outcome == "unsupported" or not isinstance(nb, dict):
+        if not isinstance(nb, dict) and outer.outcome == "failed" and outer.exceptions:
+            return outer  # the runner itself failed (nbclient missing, notebook unreadable): show that
+        return outer
+    exits = {int(k): v for k, v in (nb.get("exits") or {}).items()}
+    seen = {k["pid"] for k in outer.watchdog_kills or []}
+    workers = []
+    for rec in nb.get("procs") or []:
+        pid = rec.get("pid")
+        outer_info = next((w for w in outer.workers if w.pid == pid), None)
+        workers.append(ProcessInfo(
+            pid=pid, name=rec.get("name", ""),
+            role="dataloader_worker" if str(rec.get("target", "")).endswith("_worker_loop") else "process",
+            exitcode=exits.get(pid), killed_by_watchdog=pid in seen,
+            peak_rss=outer_info.peak_rss if outer_info else None))
+    chain = [ExceptionInfo(**{k: e.get(k) for k in ("type", "message", "module", "link", "traceback")
+                              if k in e}) for e in nb.get("exc") or []]
+    kernel_died = nb.get("kernel_died")
+    if outer.outcome == "timed_out":
+        outcome, rc = "timed_out", outer.returncode
+    elif kernel_died:
+        rc = nb.get("kernel_returncode")
+        outcome = "failed"
+    elif nb.get("error"):
+        outcome, rc = "failed", 1
+    elif outer.outcome != "ok":
+        outcome, rc = outer.outcome, outer.returncode
+    else:
+        outcome, rc = "ok", 0
+    main_kills = [k for k in outer.watchdog_kills or [] if k.get("pid") == nb.get("kernel_pid")]
+    kills = [dict(k, main=True) if k in main_kills else k for k in outer.watchdog_kills or []]
+    result = RunResult(
+        outcome=outcome, returncode=rc, signal=-rc if isinstance(rc, int) and rc < 0 else None,
+        workers=workers, exceptions=chain, loader_events=list(nb.get("loader") or []),
+        stdout=nb.get("stdout", "") or outer.stdout, stderr=(outer.stderr or "") + (nb.get("stderr") or ""),
+        wall_time=outer.wall_time, peak_rss=outer.peak_rss, watchdog_kills=kills,
+        reason=outer.reason or nb.get("error_text"), options=dict(outer.options, start_method=start_method,
+                                                                  notebook=os.path.abspath(path)),
+    )
+    for name in ("memory_limit", "stall", "stacks"):
+        if getattr(outer, name, None) is not None:
+            try:
+                setattr(result, name, getattr(outer, name))
+            except AttributeError:
+                pass
+    result.__dict__["failing_cell"] = nb.get("cell")
+    return result
+
+
+#: Runs in the isolated process: start a kernel, run the notebook, record and emit the evidence, and
+#: leave no kernel process behind.
+_NB_RUNNER = r'''
+import json, os, signal, sys, time
+CFG = json.loads(@@CONFIG@@)
+RUN_DIR = os.environ["LABUTILS_RUN_DIR"]
+EVID = os.path.join(RUN_DIR, "kernel")
+os.makedirs(EVID, exist_ok=True)
+os.environ["LABUTILS_KERNEL_EVIDENCE"] = EVID
+os.environ["LABUTILS_KERNEL_START_METHOD"] = CFG["start_method"] or ""
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+nb = nbformat.read(CFG["path"], as_version=4)
+original = list(nb.cells)
+nb.cells.insert(0, nbformat.v4.new_code_cell(CFG["preamble"]))
+client = NotebookClient(nb, timeout=None, kernel_name="python3", allow_errors=False,
+                        resources={"metadata": {"path": os.path.dirname(CFG["path"])}})
+state = {"kernel_pid": None, "cell": None, "error": None}
+
+def on_cell_start(cell, cell_index):
+    if state["kernel_pid"] is None:
+        proc = getattr(getattr(client.km, "provisioner", None), "process", None)
+        state["kernel_pid"] = getattr(proc, "pid", None)
+    state["cell"] = cell_index
+
+client.on_cell_start = on_cell_start
+
+def read_jsonl(name):
+    out = []
+    try:
+        with open(os.path.join(EVID, name), encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return out
+
+def read_json(name):
+    try:
+        with open(os.path.join(EVID, name), encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+def kill_leftovers(pid):
+    """SIGKILL what is left of the kernel: its process group if the kernel is still ours, and any
+    process that carries this run's directory in its environment (workers of the kernel)."""
+    import psutil
+    if pid:
+        try:
+            kproc = psutil.Process(pid)
+            if kproc.ppid() == os.getpid():
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except (psutil.Error, ProcessLookupError, PermissionError, OSError):
+            pass
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get("LABUTILS_KERNEL_EVIDENCE") == EVID:
+                proc.kill()
+        except (psutil.Error, OSError):
+            continue
+
+kernel_died = False
+kernel_rc = None
+error_text = None
+try:
+    client.execute()
+except CellExecutionError as exc:
+    state["error"] = "cell"
+    error_text = str(exc).splitlines()[0][:300] if str(exc) else "a cell raised"
+except DeadKernelError as exc:
+    state["error"] = "dead"
+    kernel_died = True
+    error_text = f"the kernel died: {exc}"[:300]
+except Exception as exc:
+    state["error"] = "runner"
+    error_text = f"{type(exc).__name__}: {exc}"[:300]
+finally:
+    proc = getattr(getattr(client.km, "provisioner", None), "process", None) if client.km else None
+    if proc is not None:
+        try:
+            kernel_rc = proc.wait(timeout=2)
+        except Exception:
+            kernel_rc = proc.poll()
+    kill_leftovers(state["kernel_pid"])
+
+cell = None
+if state["error"] in ("cell", "dead") and state["cell"] is not None and state["cell"] >= 1:
+    idx = state["cell"] - 1
+    src = original[idx].source if idx < len(original) else ""
+    code_index = sum(1 for c in original[:idx + 1] if c.cell_type == "code")
+    head = next((ln for ln in src.splitlines() if ln.strip() and not ln.startswith("#")), src[:80])
+    cell = {"index": idx, "code_index": code_index, "head": head[:120]}
+streams = []
+for c in nb.cells[1:]:
+    for out in c.get("outputs", []):
+        if out.get("output_type") == "stream":
+            streams.append((out.get("name"), out.get("text", "")))
+record = {
+    "cell": cell, "error": state["error"], "error_text": error_text, "kernel_died": kernel_died,
+    "kernel_returncode": kernel_rc, "kernel_pid": state["kernel_pid"],
+    "exc": read_json("exc.json") if state["error"] == "cell" else None,
+    "loader": read_jsonl("loader.jsonl"), "procs": read_jsonl("procs.jsonl"),
+    "exits": read_json("exits.json") or {},
+    "stdout": "".join(t for n, t in streams if n == "stdout"),
+    "stderr": "".join(t for n, t in streams if n == "stderr"),
+}
+line = json.dumps({"notebook": record}, default=repr) + "\n"
+with open(os.path.join(RUN_DIR, "emitted.jsonl"), "a", encoding="utf-8") as fh:
+    fh.write(line)
+print(f"notebook {CFG['path']}: {state['error'] or 'ran to the end'}")
+'''
+
+#: The first cell the kernel runs (not part of the learner's notebook): the same evidence the bootstrap
+#: of an isolated script records (processes started, DataLoader iterators and the exceptions that
+#: escape them, the exception of a failing cell, exit codes), written under the run directory.
+_KERNEL_PREAMBLE = r'''
+def __labutils_instrument():
+    import json, os, sys, time, traceback, multiprocessing
+    from multiprocessing import process
+    evid = os.environ["LABUTILS_KERNEL_EVIDENCE"]
+    main_pid = os.getpid()
+    method = os.environ.get("LABUTILS_KERNEL_START_METHOD")
+    if method:
+        multiprocessing.set_start_method(method, force=True)
+    started = []
+
+    def append(name, record):
+        try:
+            with open(os.path.join(evid, name), "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record, default=repr) + "\n")
+        except OSError:
+            pass
+
+    def chain(exc):
+        out, seen, link = [], set(), None
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False))
+            out.append({"type": type(exc).__qualname__, "module": type(exc).__module__, "message": str(exc),
+                        "link": link, "traceback": tb[-6000:]})
+            if exc.__cause__ is not None:
+                exc, link = exc.__cause__, "cause"
+            elif exc.__context__ is not None and not exc.__suppress_context__:
+                exc, link = exc.__context__, "context"
+            else:
+                exc = None
+        return out
+
+    original_start = process.BaseProcess.start
+
+    def start(self):
+        target = getattr(self, "_target", None)
+        original_start(self)
+        if os.getpid() != main_pid:
+            return
+        started.append(self)
+        append("procs.jsonl", {"pid": self.pid, "name": self.name, "t": time.time(),
+                               "target": getattr(target, "__qualname__", repr(target))})
+
+    process.BaseProcess.start = start
+
+    def exits():
+        codes = {}
+        for p in started:
+            try:
+                if p.exitcode is None:
+                    p.join(0.05)
+                codes[str(p.pid)] = p.exitcode
+            except Exception:
+                codes[str(p.pid)] = None
+        try:
+            with open(os.path.join(evid, "exits.json"), "w", encoding="utf-8") as fh:
+                json.dump(codes, fh)
+        except OSError:
+            pass
+
+    def patch(module):
+        base = module._BaseDataLoaderIter
+        original_next, original_init = base.__next__, base.__init__
+        original_iter = module.DataLoader.__iter__
+
+        def __iter__(self):
+            try:
+                return original_iter(self)
+            except BaseException as exc:
+                append("loader.jsonl", {"event": "init_error", "t": time.time(), "chain": chain(exc)})
+                raise
+
+        def __init__(self, loader, *a, **kw):
+            original_init(self, loader, *a, **kw)
+            ctx = getattr(loader, "multiprocessing_context", None)
+            try:
+                m = ctx.get_start_method() if ctx is not None else multiprocessing.get_start_method()
+            except Exception:
+                m = None
+            append("loader.jsonl", {"event": "iter", "t": time.time(), "num_workers": loader.num_workers,
+                                    "timeout": loader.timeout, "start_method": m,
+                                    "batch_size": loader.batch_size,
+                                    "dataset": type(loader.dataset).__module__ + "."
+                                    + type(loader.dataset).__qualname__})
+
+        def __next__(self):
+            try:
+                return original_next(self)
+            except StopIteration:
+                raise
+            except BaseException as exc:
+                append("loader.jsonl", {"event": "error", "t": time.time(), "chain": chain(exc)})
+                raise
+
+        module.DataLoader.__iter__ = __iter__
+        base.__init__, base.__next__ = __init__, __next__
+
+    import importlib.abc
+    import importlib.machinery
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != "torch.utils.data.dataloader":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is None or spec.loader is None:
+                return spec
+            exec_original = spec.loader.exec_module
+
+            def exec_module(module):
+                exec_original(module)
+                try:
+                    patch(module)
+                except Exception as exc:
+                    append("loader.jsonl", {"event": "patch_failed", "error": repr(exc)})
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    if "torch.utils.data.dataloader" in sys.modules:
+        patch(sys.modules["torch.utils.data.dataloader"])
+    else:
+        sys.meta_path.insert(0, Finder())
+
+    def post_run_cell(result):
+        err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+        if err is not None:
+            with open(os.path.join(evid, "exc.json"), "w", encoding="utf-8") as fh:
+                json.dump(chain(err), fh, default=repr)
+        exits()
+
+    get_ipython().events.register("post_run_cell", post_run_cell)  # noqa: F821
+
+
+__labutils_instrument()
+del __labutils_instrument
+'''
