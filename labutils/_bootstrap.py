@@ -13,19 +13,25 @@ process (RLIMIT_NOFILE, start method), then runs the learner's code the way the 
 * ``notebook_main``: the source runs in a fresh ``__main__`` module that has no ``__file__``, exactly
   like a notebook or ``python -c``: spawn/forkserver children cannot import classes defined there.
 
+Its first act, when the runner made a memory-limited cgroup for the run, is to move itself into it
+(everything it starts inherits the group). DataLoader workers run their target through
+``_labutils_child.run`` (a copy of ``labutils/_child.py`` in the run directory, importable without the
+package), which registers their stack dump and semaphore record under spawn and forkserver too.
+
 Evidence is written to RUN_DIR as it happens (so that a run killed from outside still leaves it):
 ``procs.jsonl`` (each process the main process starts), ``loader.jsonl`` (DataLoader iterators
-created and every exception that escaped ``next()``, even when the script catches it),
+created, ``init_error`` for every exception that escaped ``iter(loader)``, ``error`` for every one that
+escaped ``next()``, even when the script catches them, and ``progress``: batches delivered per
+iterator, at most about four records a second plus a last one), ``created_shm.jsonl`` (named
+semaphores created by the run's processes), ``stacks/<pid>.txt`` (faulthandler dumps on SIGUSR1),
 ``exc.json`` (the exception chain that ended the script) and ``final.json`` (exit codes of the
 processes it started).
 """
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
-import signal
 import sys
 import time
 import traceback
@@ -33,6 +39,27 @@ import traceback
 RUN_DIR = sys.argv[1]
 MAIN_PID = os.getpid()
 _started = []  # BaseProcess objects started by the main process
+_PROGRESS_EVERY = 0.25  # seconds between two progress records of one iterator
+
+
+def _join_cgroup(procs_file: str) -> None:
+    """Move this process into the run's cgroup (``cgroup.procs`` or v1 ``tasks``) before anything else."""
+    try:
+        with open(procs_file, "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))
+    except OSError as exc:
+        print(f"labutils: could not join the run's memory cgroup ({procs_file}: {exc.strerror}); "
+              "the run did not start", file=sys.stderr)
+        sys.exit(3)
+
+
+def _start_ticks(pid: int):
+    """Start time of ``pid`` in clock ticks since boot (/proc/PID/stat field 22): its identity with the pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _append(name: str, record: dict) -> None:
@@ -67,14 +94,22 @@ def _track_processes() -> None:
 
     def start(self):
         target = getattr(self, "_target", None)  # start() deletes it
+        qualname = getattr(target, "__qualname__", repr(target))
+        if target is not None and qualname.endswith("_worker_loop"):
+            # a DataLoader worker: register its stack dump and semaphore record first, whatever the
+            # start method (spawn/forkserver workers never run this bootstrap)
+            import functools
+
+            import _labutils_child
+
+            self._target = functools.partial(_labutils_child.run, RUN_DIR, target)
         original_start(self)
         if os.getpid() != MAIN_PID:
             return
         _started.append(self)
         _append("procs.jsonl", {
-            "pid": self.pid, "name": self.name, "t": time.time(),
-            "target": getattr(target, "__qualname__", repr(target)),
-            "method": type(self).__name__,
+            "pid": self.pid, "name": self.name, "t": time.time(), "start_ticks": _start_ticks(self.pid),
+            "target": qualname, "method": type(self).__name__,
         })
 
     process.BaseProcess.start = start
@@ -90,11 +125,23 @@ def _watch_dataloader() -> None:
     def patch(module) -> None:
         base = module._BaseDataLoaderIter
         original_next, original_init = base.__next__, base.__init__
+        original_iter = module.DataLoader.__iter__
+        counter = [0]
+
+        def __iter__(self):
+            try:
+                return original_iter(self)
+            except BaseException as exc:
+                if os.getpid() == MAIN_PID:
+                    _append("loader.jsonl", {"event": "init_error", "t": time.time(), "chain": _chain(exc)})
+                raise
 
         def __init__(self, loader, *a, **kw):
             original_init(self, loader, *a, **kw)
             if os.getpid() != MAIN_PID:
                 return
+            counter[0] += 1
+            self._labutils_iter, self._labutils_batches, self._labutils_last = counter[0], 0, 0.0
             ctx = getattr(loader, "multiprocessing_context", None)
             try:
                 import torch.multiprocessing as tmp
@@ -103,24 +150,40 @@ def _watch_dataloader() -> None:
             except Exception:  # noqa: BLE001 - evidence is best effort
                 strategy = method = None
             _append("loader.jsonl", {
-                "event": "iter", "t": time.time(), "num_workers": loader.num_workers,
+                "event": "iter", "t": time.time(), "iter": counter[0], "num_workers": loader.num_workers,
                 "timeout": loader.timeout, "start_method": method, "sharing_strategy": strategy,
                 "pin_memory": loader.pin_memory, "persistent_workers": loader.persistent_workers,
                 "prefetch_factor": loader.prefetch_factor, "batch_size": loader.batch_size,
                 "dataset": type(loader.dataset).__module__ + "." + type(loader.dataset).__qualname__,
             })
 
+        def _progress(self, now: float) -> None:
+            self._labutils_last = now
+            _append("loader.jsonl", {"event": "progress", "t": now, "batches": self._labutils_batches,
+                                     "iter": self._labutils_iter})
+
         def __next__(self):
             try:
-                return original_next(self)
+                data = original_next(self)
             except StopIteration:
+                if getattr(self, "_labutils_iter", None) is not None:
+                    _progress(self, time.time())
                 raise
             except BaseException as exc:
                 if os.getpid() == MAIN_PID:
                     _append("loader.jsonl", {"event": "error", "t": time.time(), "chain": _chain(exc)})
+                    if getattr(self, "_labutils_iter", None) is not None:
+                        _progress(self, time.time())
                 raise
+            if getattr(self, "_labutils_iter", None) is not None:
+                self._labutils_batches += 1
+                now = time.time()
+                if now - self._labutils_last >= _PROGRESS_EVERY:
+                    _progress(self, now)
+            return data
 
         base.__init__, base.__next__ = __init__, __next__
+        module.DataLoader.__iter__ = __iter__
 
     class Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path, target_=None):
@@ -174,6 +237,8 @@ def _finish(code: int) -> None:
 def main() -> int:
     with open(os.path.join(RUN_DIR, "config.json"), encoding="utf-8") as fh:
         cfg = json.load(fh)
+    if cfg.get("cgroup_procs"):
+        _join_cgroup(cfg["cgroup_procs"])
 
     if cfg.get("nofile"):
         import resource
@@ -182,9 +247,12 @@ def main() -> int:
         n = int(cfg["nofile"])
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard if hard == resource.RLIM_INFINITY or hard >= n else n))
 
-    if hasattr(signal, "SIGUSR1"):  # the runner sends SIGUSR1 before a hard kill: where was it stuck?
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # The runner sends SIGUSR1 before a hard kill (time limit, stall): where was each process stuck?
+    sys.path.append(os.path.join(RUN_DIR, "py"))  # _labutils_child, also for spawn/forkserver workers
+    import _labutils_child
 
+    _labutils_child.register_stacks(RUN_DIR)
+    _labutils_child.record_semaphores(RUN_DIR)
     _track_processes()
     _watch_dataloader()
     if cfg.get("start_method"):
@@ -226,8 +294,8 @@ def main() -> int:
             module = types.ModuleType("__main__")
             module.__dict__["__builtins__"] = __builtins__
             sys.modules["__main__"] = module  # no __file__ and no __spec__: like a notebook
-            with open(path, encoding="utf-8") as fh:
-                source = fh.read()
+            with open(path, "rb") as fh:
+                source = fh.read()  # bytes: compile() honours a BOM or a coding cookie as python does
             exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - this is the point
             namespace = module.__dict__
         else:

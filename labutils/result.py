@@ -54,6 +54,7 @@ class ProcessInfo:
     peak_rss: Optional[int] = None
     peak_uss: Optional[int] = None
     killed_by_watchdog: bool = False
+    killed_by_kernel_oom: bool = False
 
     @property
     def signal(self) -> Optional[int]:
@@ -62,6 +63,8 @@ class ProcessInfo:
     @property
     def status(self) -> str:
         text = describe_exit(self.exitcode)
+        if self.killed_by_kernel_oom:
+            return text + " (the kernel's OOM killer, in the run's memory cgroup)"
         return text + " (the lab's memory watchdog)" if self.killed_by_watchdog else text
 
 
@@ -88,6 +91,19 @@ class RunResult:
     options: dict = field(default_factory=dict)
     value: Any = None
     values: dict = field(default_factory=dict)
+    #: None, or {"enforced_by": "kernel"|"watchdog", "limit": bytes, "mechanism": str,
+    #: "kernel_record": dict|None}: who enforced memory_budget, and the kernel's own record of the run
+    memory_limit: Optional[dict] = None
+    #: None, or {"limit": s, "batches": n, "idle_s": s} when the runner stopped a run for a stall
+    stall: Optional[dict] = None
+    #: {pid: faulthandler text}: Python stacks taken before the runner killed the run (time limit, stall)
+    stacks: dict = field(default_factory=dict)
+    #: process deaths seen while the run went: {"t", "pid", "role", "name", "exitcode", "signal", "by"}
+    events: list = field(default_factory=list)
+    #: /dev/shm files this run created that still exist after the clean-up (expected: [])
+    leftover_files: list = field(default_factory=list)
+    #: /dev/shm names known to be this run's: semaphores recorded as created, segments left at its end
+    shm_created: list = field(default_factory=list)
 
     # ------------------------------------------------------------------ convenient views
     @property
@@ -162,14 +178,34 @@ class RunResult:
         return describe_exit(self.returncode)
 
     # ------------------------------------------------------------------ rendering
+    @property
+    def memory_limit_text(self) -> Optional[str]:
+        """One line: who enforced the memory budget, and what the kernel recorded."""
+        ml = self.memory_limit
+        if not ml:
+            return None
+        limit = f"{ml['limit'] / 2**20:.0f} MiB"
+        if ml.get("enforced_by") == "kernel":
+            rec = ml.get("kernel_record") or {}
+            text = f"memory limit {limit} enforced by the kernel ({ml.get('mechanism')})"
+            if rec.get("oom_kill"):
+                who = ", ".join(f"pid {p}" for p in rec.get("killed_pids") or []) or "a process of the run"
+                text += f": the kernel's OOM killer killed {who} (oom_kill {rec['oom_kill']})"
+            return text
+        return f"memory limit {limit} enforced by the lab's watchdog, standing in for the kernel's OOM killer"
+
     def summary_lines(self) -> list:
         lines = [f"outcome: {self.outcome}   main process: {self.exit_text}   wall: {self.wall_time:.2f} s"]
         if self.reason:
             lines.append(f"reason: {self.reason}")
+        if self.memory_limit_text:
+            lines.append(self.memory_limit_text)
         for k in self.watchdog_kills:
             who = "main process" if k.get("main") else f"pid {k['pid']}"
             lines.append(f"memory watchdog: SIGKILLed {who} at {k['rss'] / 2**20:.0f} MiB "
-                         f"(budget {k['budget'] / 2**20:.0f} MiB) - the lab's stand-in for the OOM killer")
+                         f"(budget {k['budget'] / 2**20:.0f} MiB"
+                         + (f", run charged {k['charged'] / 2**20:.0f} MiB PSS" if k.get("charged") else "")
+                         + ") - the lab's stand-in for the OOM killer")
         for w in self.workers:
             mem = f", peak RSS {w.peak_rss / 2**20:.0f} MiB" if w.peak_rss else ""
             lines.append(f"{w.role} pid {w.pid}: {w.status}{mem}")

@@ -1,0 +1,316 @@
+"""A memory-limited cgroup for one isolated run, so that the kernel's own OOM killer enforces the budget.
+
+Two ways, tried in this order:
+
+* **a child cgroup of the lab's own cgroup** (the path in ``/proc/self/cgroup``), where the lab may create
+  one (root in a container or VM, or a delegated cgroup): cgroup v1 ``memory.limit_in_bytes`` (and
+  ``memory.memsw.limit_in_bytes`` where swap is accounted), cgroup v2 ``memory.max`` and
+  ``memory.swap.max``. The run's main process writes its own pid into the group's ``cgroup.procs`` as
+  the bootstrap's first act; the group is removed after the run, once every process in it is dead.
+  Nothing else is written: no other cgroup file, no group anywhere but under the lab's own.
+* **a transient systemd scope** on cgroup v2 desktops without root: the run's command is prefixed with
+  ``systemd-run --user --scope -p MemoryMax=... -p MemorySwapMax=0``; systemd removes the scope.
+
+Where neither works, :func:`prepare` says why, and the runner falls back to its watchdog.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from typing import Optional
+
+_systemd_ok: Optional[tuple] = None
+
+
+def _mountinfo() -> list:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields, tail = left.split(), right.split()
+        if len(fields) >= 5 and len(tail) >= 3:
+            out.append({"root": fields[3], "mount": fields[4], "fstype": tail[0], "options": tail[2]})
+    return out
+
+
+def _own_memory_cgroup() -> tuple:
+    """``(version, directory)`` of this process's memory cgroup, or ``(None, reason)``."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as fh:
+            entries = [line.rstrip("\n").split(":", 2) for line in fh if line.count(":") >= 2]
+    except OSError:
+        return None, "no /proc/self/cgroup (not Linux, or /proc is not mounted)"
+    mounts = _mountinfo()
+    for _hid, controllers, path in entries:
+        if "memory" in controllers.split(","):
+            for m in mounts:
+                if m["fstype"] == "cgroup" and "memory" in m["options"].split(","):
+                    return 1, _join(m, path)
+            return None, "the memory controller (cgroup v1) is not mounted here"
+    for hid, controllers, path in entries:
+        if hid == "0" and controllers == "":
+            for m in mounts:
+                if m["fstype"] == "cgroup2":
+                    directory = _join(m, path)
+                    try:
+                        with open(os.path.join(directory, "cgroup.controllers"), encoding="ascii") as fh:
+                            available = fh.read().split()
+                    except OSError:
+                        available = []
+                    if "memory" not in available:
+                        return None, f"the memory controller is not available in {directory}"
+                    return 2, directory
+    return None, "this process is in no memory cgroup"
+
+
+def _join(mount: dict, path: str) -> str:
+    root = mount["root"]
+    if root != "/" and (path == root or path.startswith(root + "/")):
+        path = path[len(root):]
+    return os.path.join(mount["mount"], path.lstrip("/"))
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w", encoding="ascii") as fh:
+        fh.write(value)
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _keyed(text: Optional[str]) -> dict:
+    out = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().lstrip("-").isdigit():
+            out[key] = int(value)
+    return out
+
+
+class RunCgroup:
+    """One run's child cgroup (``kind="child"``) or systemd scope (``kind="systemd"``)."""
+
+    def __init__(self, kind: str, version: int, directory: Optional[str], limit: int, mechanism: str,
+                 prefix: Optional[list] = None):
+        self.kind, self.version, self.directory, self.limit = kind, version, directory, limit
+        self.mechanism, self.prefix = mechanism, prefix or []
+        self.last_record: Optional[dict] = None
+
+    # ---------------------------------------------------------------- for the bootstrap
+    @property
+    def procs_file(self) -> Optional[str]:
+        """The file the run's main process writes its pid into (None for a systemd scope: already in)."""
+        return os.path.join(self.directory, "cgroup.procs") if self.kind == "child" else None
+
+    def locate(self, pid: int) -> None:
+        """For a systemd scope: find its directory from the run's main process, once it runs."""
+        if self.directory is not None:
+            return
+        text = _read(f"/proc/{pid}/cgroup") or ""
+        for line in text.splitlines():
+            hid, _, rest = line.partition(":")
+            controllers, _, path = rest.partition(":")
+            if hid == "0" and controllers == "" and path.endswith(".scope"):
+                for m in _mountinfo():
+                    if m["fstype"] == "cgroup2":
+                        self.directory = _join(m, path)
+                        return
+
+    # ---------------------------------------------------------------- evidence
+    def oom_kills(self) -> Optional[int]:
+        record = self.record()
+        return None if record is None else record.get("oom_kill")
+
+    def record(self) -> Optional[dict]:
+        """The kernel's counters for the group now (kept: a systemd scope vanishes with its processes)."""
+        if self.directory is None:
+            return self.last_record
+        if self.version == 1:
+            oom = _keyed(_read(os.path.join(self.directory, "memory.oom_control")))
+            failcnt = _read(os.path.join(self.directory, "memory.failcnt"))
+            peak = _read(os.path.join(self.directory, "memory.max_usage_in_bytes"))
+            if failcnt is None:
+                return self.last_record
+            record = {"source": "memory.oom_control, memory.failcnt", "oom_kill": oom.get("oom_kill", 0),
+                      "under_oom": oom.get("under_oom"), "failcnt": int(failcnt),
+                      "max_usage": int(peak) if peak and peak.strip().isdigit() else None}
+        else:
+            events = _read(os.path.join(self.directory, "memory.events"))
+            if events is None:
+                return self.last_record
+            counts = _keyed(events)
+            peak = _read(os.path.join(self.directory, "memory.peak"))
+            record = {"source": "memory.events", "oom_kill": counts.get("oom_kill", 0),
+                      "oom": counts.get("oom", 0), "max": counts.get("max", 0),
+                      "max_usage": int(peak) if peak and peak.strip().isdigit() else None}
+        self.last_record = record
+        return record
+
+    def pids(self) -> list:
+        if self.directory is None:
+            return []
+        text = _read(os.path.join(self.directory, "cgroup.procs")) or ""
+        return [int(x) for x in text.split() if x.isdigit()]
+
+    def contains(self, pid: int) -> bool:
+        """Is ``pid`` in this group now (from /proc/PID/cgroup)?"""
+        if self.directory is None:
+            return False
+        text = _read(f"/proc/{pid}/cgroup") or ""
+        tail = "/" + os.path.basename(self.directory)
+        for line in text.splitlines():
+            parts = line.split(":", 2)
+            if len(parts) == 3 and parts[2].endswith(tail):
+                if self.version == 2 or "memory" in parts[1].split(","):
+                    return True
+        return False
+
+    def remove(self, timeout: float = 3.0) -> Optional[str]:
+        """Remove the child group once its processes are gone; return an error text if it stays."""
+        if self.kind != "child" or self.directory is None:
+            return None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                os.rmdir(self.directory)
+                return None
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    return f"could not remove {self.directory}: {exc.strerror}"
+            time.sleep(0.02)
+
+
+def prepare(limit: int) -> tuple:
+    """Make the run's memory-limited group: ``(RunCgroup, None)``, or ``(None, reason)`` where impossible."""
+    version, where = _own_memory_cgroup()
+    reasons = []
+    if version is not None:
+        group, reason = _child_group(version, where, limit)
+        if group is not None:
+            return group, None
+        reasons.append(reason)
+    else:
+        reasons.append(where)
+    group, reason = _systemd_scope(limit)
+    if group is not None:
+        return group, None
+    reasons.append(reason)
+    return None, "; ".join(r for r in reasons if r)
+
+
+def _child_group(version: int, parent: str, limit: int) -> tuple:
+    if version == 2:
+        control = (_read(os.path.join(parent, "cgroup.subtree_control")) or "").split()
+        if "memory" not in control:
+            return None, (f"cgroup v2: the memory controller is not enabled for children of {parent} "
+                          "(the lab writes no cgroup file but its own run's)")
+    name = f"labutils-run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    directory = os.path.join(parent, name)
+    try:
+        os.mkdir(directory)
+    except OSError as exc:
+        return None, f"cannot create a child cgroup under {parent}: {exc.strerror}"
+    try:
+        if version == 1:
+            _write(os.path.join(directory, "memory.limit_in_bytes"), str(limit))
+            files = ["memory.limit_in_bytes"]
+            memsw = os.path.join(directory, "memory.memsw.limit_in_bytes")
+            if os.path.exists(memsw):
+                _write(memsw, str(limit))  # no swap either: the limit is the memory, as on a server
+                files.append("memory.memsw.limit_in_bytes")
+            mechanism = "cgroup v1 child " + " + ".join(files)
+        else:
+            _write(os.path.join(directory, "memory.max"), str(limit))
+            files = ["memory.max"]
+            swap = os.path.join(directory, "memory.swap.max")
+            if os.path.exists(swap):
+                _write(swap, "0")
+                files.append("memory.swap.max")
+            mechanism = "cgroup v2 child " + " + ".join(files)
+    except OSError as exc:
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
+        return None, f"cannot set a memory limit on a child cgroup under {parent}: {exc.strerror}"
+    return RunCgroup("child", version, directory, limit, mechanism), None
+
+
+def _systemd_scope(limit: int) -> tuple:
+    global _systemd_ok
+    tool = shutil.which("systemd-run")
+    if tool is None:
+        return None, "systemd-run is not installed"
+    if _systemd_ok is None:
+        probe = [tool, "--user", "--scope", "--quiet", "-p", "MemoryMax=64M", "-p", "MemorySwapMax=0", "true"]
+        try:
+            done = subprocess.run(probe, capture_output=True, text=True, timeout=15)
+            ok = done.returncode == 0
+            why = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["failed"]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            ok, why = False, [str(exc)]
+        _systemd_ok = (ok, None if ok else f"systemd-run --user --scope refused: {why[0]}")
+    ok, why = _systemd_ok
+    if not ok:
+        return None, why
+    unit = f"labutils-run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    prefix = [tool, "--user", "--scope", "--quiet", "--collect", f"--unit={unit}",
+              "-p", f"MemoryMax={limit}", "-p", "MemorySwapMax=0", "--"]
+    return RunCgroup("systemd", 2, None, limit, "systemd-run --user --scope MemoryMax + MemorySwapMax=0",
+                     prefix), None
+
+
+def kernel_log_reader():
+    """An open /dev/kmsg positioned at its end (None where unreadable): the kernel's lines from now on."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        os.lseek(fd, 0, os.SEEK_END)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def read_kernel_log(fd) -> list:
+    """Messages written to the kernel log since :func:`kernel_log_reader` (closes the fd)."""
+    out = []
+    if fd is None:
+        return out
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # overwritten while we read: skip on
+                    continue
+                break
+            if not record:
+                break
+            head, _, message = record.decode("utf-8", "replace").partition(";")
+            out.append(message.split("\n", 1)[0])
+    finally:
+        os.close(fd)
+    return out

@@ -1,0 +1,91 @@
+"""Small hooks that run inside every process of an isolated run (the main process and its workers).
+
+The bootstrap loads this file by path under the name ``_labutils_child`` and puts a copy of it in the run
+directory (on ``sys.path``), so that spawn and forkserver workers can unpickle a reference to :func:`run`
+without importing the ``labutils`` package (which would cost them its import time). It imports only the
+standard library, and nothing heavy.
+
+* :func:`register_stacks`: ``faulthandler`` on SIGUSR1 writes this process's Python stack to
+  ``RUN_DIR/stacks/<pid>.txt``; the file's existence tells the runner that the signal is safe to send
+  (SIGUSR1 would kill a process without the handler).
+* :func:`record_semaphores`: every named multiprocessing semaphore this process creates is appended to
+  ``RUN_DIR/created_shm.jsonl`` with its inode, so the runner removes only files its run created.
+* :func:`run`: the target a DataLoader worker runs instead of its own: the two hooks, then the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+_stack_file = None  # kept open for faulthandler for the life of the process
+_stack_pid = None
+
+
+def _append(run_dir: str, name: str, record: dict) -> None:
+    try:
+        fd = os.open(os.path.join(run_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:  # the run directory is gone: a straggler writing late
+        return
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def register_stacks(run_dir: str) -> None:
+    """Dump this process's Python stack (all threads) to ``RUN_DIR/stacks/<pid>.txt`` on SIGUSR1."""
+    global _stack_file, _stack_pid
+    if not hasattr(signal, "SIGUSR1") or _stack_pid == os.getpid():
+        return
+    import faulthandler
+
+    folder = os.path.join(run_dir, "stacks")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fh = open(os.path.join(folder, f"{os.getpid()}.txt"), "w", encoding="utf-8")  # noqa: SIM115
+    except OSError:
+        return
+    faulthandler.register(signal.SIGUSR1, file=fh, all_threads=True)
+    old, _stack_file, _stack_pid = _stack_file, fh, os.getpid()
+    if old is not None:  # a forked child: the parent's file object, not ours to write to any more
+        try:
+            old.close()
+        except OSError:
+            pass
+
+
+def record_semaphores(run_dir: str) -> None:
+    """Record the name and inode of every named semaphore created by this process (and forked children)."""
+    try:
+        from multiprocessing import synchronize
+    except ImportError:  # no working sem_open on this platform: no named semaphores either
+        return
+    cls = synchronize.SemLock
+    if getattr(cls.__init__, "_labutils_wrapped", False):
+        return
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        name = getattr(getattr(self, "_semlock", None), "name", None)
+        if name:
+            entry = "sem." + name.lstrip("/")
+            try:
+                ino = os.stat(os.path.join("/dev/shm", entry)).st_ino
+            except OSError:
+                ino = None
+            _append(run_dir, "created_shm.jsonl", {"name": entry, "ino": ino, "pid": os.getpid(),
+                                                   "t": time.time()})
+
+    __init__._labutils_wrapped = True
+    cls.__init__ = __init__
+
+
+def run(run_dir: str, target, *args, **kwargs):
+    """Run a DataLoader worker's real ``target`` after registering this process's hooks."""
+    register_stacks(run_dir)
+    record_semaphores(run_dir)
+    return target(*args, **kwargs)

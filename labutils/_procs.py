@@ -1,0 +1,251 @@
+"""Which processes belong to one isolated run, and signalling only those.
+
+A process is the run's when the lab started it (the main process, a child of the lab that is not reaped
+until the end) or when it is verified, at the moment the runner holds a handle on it, to
+
+* descend from the main process (its parent chain in ``/proc`` reaches the un-reaped main process), or
+* carry this run's unique ``LABUTILS_RUN_DIR`` in the environment it was started with, or
+* sit in the run's own cgroup.
+
+The handle is a pidfd (Linux >= 5.3): signals go through it, so a pid recycled by someone else can never
+be hit. The check is made after the pidfd is open and while the process is alive, so the number checked is
+the process the handle holds. Where pidfds do not exist, the start time in ``/proc/PID/stat`` (or psutil's
+create time) is checked again right before each signal.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+from typing import Optional
+
+_HAS_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+HELPER_NAMES = ("torch_shm_manager",)
+HELPER_CMDLINE = ("multiprocessing.resource_tracker",)
+
+
+def stat_fields(pid: int) -> Optional[list]:
+    """``/proc/PID/stat`` from field 3 (state) on, or None: ``[state, ppid, pgrp, ...]``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    fields = stat_fields(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
+def start_wall(ticks: int) -> float:
+    """Wall-clock time of a process start given in clock ticks since boot (10 ms resolution)."""
+    since_boot = time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else None
+    if since_boot is None:  # pragma: no cover - non-Linux
+        return 0.0
+    return time.time() - (since_boot - ticks / _CLK_TCK)
+
+
+def zombie_status(pid: int) -> Optional[int]:
+    """The wait status of a zombie (``/proc/PID/stat`` field 52), or None if it is not a readable zombie."""
+    fields = stat_fields(pid)
+    if not fields or fields[0] != b"Z" or len(fields) < 50:
+        return None
+    try:
+        return int(fields[49])
+    except ValueError:
+        return None
+
+
+class RunProcess:
+    __slots__ = ("pid", "ticks", "pidfd", "name", "helper", "why", "ppid")
+
+    def __init__(self, pid, ticks, pidfd, name, helper, why, ppid):
+        self.pid, self.ticks, self.pidfd, self.name = pid, ticks, pidfd, name
+        self.helper, self.why, self.ppid = helper, why, ppid
+
+
+class RunProcesses:
+    """The verified processes of one run, with a handle on each."""
+
+    def __init__(self, run_dir: str, leader_pid: int, cgroup=None):
+        self.leader = leader_pid
+        self.marker = b"LABUTILS_RUN_DIR=" + os.fsencode(run_dir) + b"\0"
+        self.cgroup = cgroup
+        self.known: dict = {}
+        self.refused: dict = {}  # pid -> start ticks of processes checked and found not ours
+        self.lock = threading.Lock()
+        self.adopt(leader_pid, why="started by the lab")
+
+    # ---------------------------------------------------------------- identity
+    def _environ_marked(self, pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                return self.marker in fh.read()
+        except OSError:
+            return False
+
+    def _descends(self, pid: int) -> bool:
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid == self.leader:
+                return True
+            fields = stat_fields(pid)
+            if not fields:
+                return False
+            pid, seen = int(fields[1]), seen + 1
+        return False
+
+    def adopt(self, pid: int, ticks: Optional[int] = None, why: str = "") -> Optional[RunProcess]:
+        """Take a handle on ``pid`` if it is verifiably the run's; ``ticks``: its start time if known."""
+        with self.lock:
+            proc = self.known.get(pid)
+            if proc is not None:
+                return proc
+            now_ticks = start_ticks(pid)
+            if now_ticks is None or (ticks is not None and ticks != now_ticks):
+                return None
+            if self.refused.get(pid) == now_ticks:
+                return None
+            pidfd = None
+            if _HAS_PIDFD:
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except OSError:
+                    return None
+            # The pidfd is open: while the process it holds is alive, ``pid`` means that process.
+            ok = start_ticks(pid) == now_ticks and not self._exited_fd(pidfd)
+            if ok and pid != self.leader:
+                ok = self._descends(pid) or self._environ_marked(pid) or bool(
+                    self.cgroup is not None and self.cgroup.contains(pid))
+            if not ok:
+                if pidfd is not None:
+                    os.close(pidfd)
+                self.refused[pid] = now_ticks
+                return None
+            name, helper = _identify(pid)
+            fields = stat_fields(pid) or []
+            ppid = int(fields[1]) if len(fields) > 1 else None
+            proc = self.known[pid] = RunProcess(pid, now_ticks, pidfd, name, helper,
+                                                why or "descends from the run", ppid)
+            return proc
+
+    @staticmethod
+    def _exited_fd(pidfd: Optional[int]) -> bool:
+        if pidfd is None:
+            return False
+        readable, _, _ = select.select([pidfd], [], [], 0)
+        return bool(readable)
+
+    def sweep(self) -> None:
+        """Adopt every live process carrying this run's marker or sitting in its cgroup."""
+        candidates = set(self.cgroup.pids()) if self.cgroup is not None else set()
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry.isdigit():
+                pid = int(entry)
+                if pid not in self.known and (pid in candidates or self._environ_marked(pid)):
+                    candidates.add(pid)
+        for pid in candidates:
+            self.adopt(pid, why="carries the run's marker" if pid not in self.known else "")
+
+    # ---------------------------------------------------------------- state and signals
+    def alive(self, proc: RunProcess) -> bool:
+        if proc.pidfd is not None:
+            if self._exited_fd(proc.pidfd):
+                return False
+            fields = stat_fields(proc.pid)
+            return bool(fields) and fields[0] != b"Z"
+        fields = stat_fields(proc.pid)
+        try:
+            return bool(fields) and fields[0] != b"Z" and int(fields[19]) == proc.ticks
+        except (IndexError, ValueError):
+            return False
+
+    def send(self, proc: RunProcess, sig: int) -> bool:
+        try:
+            if proc.pidfd is not None:
+                signal.pidfd_send_signal(proc.pidfd, sig)
+            else:
+                if start_ticks(proc.pid) != proc.ticks:
+                    return False
+                os.kill(proc.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError, OSError):
+            return False
+
+    def living(self) -> list:
+        with self.lock:
+            procs = list(self.known.values())
+        return [p for p in procs if self.alive(p)]
+
+    def terminate(self, leader_alive: bool, helper_grace: float = 2.0) -> list:
+        """SIGKILL every process of the run, the run's clean-up helpers last; return pids still alive.
+
+        Helpers (multiprocessing's resource_tracker, torch_shm_manager) unlink what the run registered with
+        them once every other process of the run is gone, so they get ``helper_grace`` seconds to do that
+        and exit by themselves. The process group of the main process is killed while the main process is
+        still un-reaped (it is the group's leader: its number cannot have been reused).
+        """
+        for _round in range(2):
+            self.sweep()
+            for proc in self.living():
+                if not proc.helper:
+                    self.send(proc, signal.SIGKILL)
+        deadline = time.monotonic() + helper_grace
+        while time.monotonic() < deadline:
+            others = [p for p in self.living() if not p.helper]
+            helpers = [p for p in self.living() if p.helper]
+            if not helpers:
+                break
+            for proc in others:
+                self.send(proc, signal.SIGKILL)
+            time.sleep(0.02)
+        try:
+            os.killpg(self.leader, signal.SIGKILL)  # the leader is not reaped yet: the group is ours
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.sweep()
+        for proc in self.living():
+            self.send(proc, signal.SIGKILL)
+        deadline = time.monotonic() + 3.0
+        left = self.living()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.02)
+            left = [p for p in left if self.alive(p)]
+        return [p.pid for p in left if p.pid != self.leader]
+
+    def close(self) -> None:
+        with self.lock:
+            for proc in self.known.values():
+                if proc.pidfd is not None:
+                    try:
+                        os.close(proc.pidfd)
+                    except OSError:
+                        pass
+                    proc.pidfd = None
+
+
+def _identify(pid: int) -> tuple:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            name = fh.read().strip()
+    except OSError:
+        name = ""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        cmdline = ""
+    helper = name in HELPER_NAMES or any(h in cmdline for h in HELPER_CMDLINE)
+    return name, helper
