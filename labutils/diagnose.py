@@ -167,6 +167,7 @@ class _Exc:
     link: Optional[str] = None
     origin: str = "ended"  # "ended" (ended the script), "next"/"init" (escaped the loader), "live"
     t: Optional[float] = None
+    ended_run: bool = False  # escaped the loader and then ended the script
 
     def __post_init__(self) -> None:
         self.frames = [f for f in _frames(self.traceback) if f[3] != "boot"]
@@ -845,8 +846,10 @@ def _chain_where(e: _Exc) -> str:
     base = {"ended": "exception that ended the script", "next": "exception from the DataLoader",
             "init": "exception while creating the DataLoader iterator (starting its workers)",
             "live": "the exception"}[e.origin]
-    if e.origin in ("next", "init"):
-        base += " (caught by the script)" if e.link is None else ""
+    if e.origin in ("next", "init") and e.ended_run:
+        base += ", which ended the script"
+    elif e.origin in ("next", "init"):
+        base += " (caught by the script)"
     return base if e.link is None else f"its __{e.link}__"
 
 
@@ -863,8 +866,13 @@ def _episode(facts: _Facts, chain: Optional[list]) -> list:
     findings = _loader_chain_findings(chain or [], single)
     findings += _worker_findings(facts)
     findings += facts.live_findings
-    findings += _stderr_findings(facts)
-    return findings
+    printed = _stderr_findings(facts)
+    # a child's traceback is corroborated by a death the OS or PyTorch recorded: then it is strong
+    died = any(f.echo or (f.cause == "worker_exit" and f.conf == "high") for f in findings)
+    for f in printed:
+        if died and f.text.startswith("stderr: a spawned child"):
+            f.conf = "high"
+    return findings + printed
 
 
 def _same_chain(a: list, b: list) -> bool:
@@ -919,6 +927,8 @@ def _decide(facts: _Facts) -> tuple:
         match = next((c for c in facts.loader_errors if _same_chain(ended, c)), None)
         if match is not None:
             loader_chain = match  # the same chain escaped next()/iter(): the loader raised it
+            for e in match:
+                e.ended_run = True
         elif any(o is True for o in origins):
             loader_chain = ended
         elif all(o is None for o in origins):

@@ -453,7 +453,6 @@ try:
     client.execute()
 except CellExecutionError as exc:
     state["error"] = "cell"
-    error_text = str(exc).splitlines()[0][:300] if str(exc) else "a cell raised"
 except DeadKernelError as exc:
     state["error"] = "dead"
     kernel_died = True

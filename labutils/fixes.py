@@ -447,41 +447,18 @@ def pet_watchdog() -> None:
 
 # ---------------------------------------------------------------------------------- resilient loader
 
-_DEATH_MARKS = ("exited unexpectedly", "is killed by signal")
-_SHARING_FRAMES = ("rebuild_storage_fd", "rebuild_storage_filename", "recvfds")
-
-
-def _chain(exc: Optional[BaseException]) -> Iterator[BaseException]:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
 def is_worker_death(exc: BaseException) -> bool:
     """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
 
-    Matches the stable parts of PyTorch's messages: ``DataLoader worker (pid ...) exited unexpectedly``
-    and ``... is killed by signal: ...``, and the race where the main process fails to fetch a dead
-    worker's tensor (an OSError or EOFError raised in ``rebuild_storage_fd``/``recvfds``). An exception
-    *raised by* ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0") is not a death.
+    The lab's one detector, shared with the diagnosis (:func:`labutils.diagnose.is_worker_death`):
+    PyTorch's ``DataLoader worker (pid ...) exited unexpectedly`` and ``... is killed by signal: ...``,
+    and the race where the main process fails to fetch a dead worker's tensor (an EOFError or a
+    connection/file error raised in ``rebuild_storage_fd``/``recvfds``). An exception *raised by*
+    ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0") is not a death.
     """
-    for e in _chain(exc):
-        text = str(e)
-        if "in DataLoader worker process" in text:  # re-raised from a live worker
-            return False
-        if isinstance(e, RuntimeError) and "DataLoader worker (pid" in text and any(
-            mark in text for mark in _DEATH_MARKS
-        ):
-            return True
-    if isinstance(exc, (OSError, EOFError)):  # EOFError: recvfds on a socket the dead worker closed
-        tb = exc.__traceback__
-        while tb is not None:
-            if tb.tb_frame.f_code.co_name in _SHARING_FRAMES:
-                return True
-            tb = tb.tb_next
-    return False
+    from .diagnose import is_worker_death as detector
+
+    return detector(exc)
 
 
 class _ListBatchSampler:
