@@ -54,10 +54,11 @@ class IsolationError(ValueError):
         self.argument, self.value, self.problem = argument, value, problem
 
     def for_option(self, option: str) -> str:
-        """The message with the front end's name for the argument: ``--shm-size '0': is below 64 KiB...``."""
+        """The message with the front end's name for the argument: ``--shm-size 0: is below 64 KiB...``."""
         if self.argument is None or self.problem is None:
             return str(self)
-        return f"{option} {self.value!r}: {self.problem}"
+        value = str(self.value)
+        return f"{option} {value if value and not any(c.isspace() for c in value) else repr(value)}: {self.problem}"
 
 
 # --------------------------------------------------------------------------- private /dev/shm

@@ -7,6 +7,7 @@ Usage (after ``%load_ext labutils``)::
 
 The result is shown as a card and, with ``-o NAME``, stored in the notebook's namespace for assertion
 cells. ``--notebook-main`` runs the cell in a ``__main__`` without a file, like a notebook itself.
+A bad option is one line naming the option as typed (IPython's UsageError, no traceback).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from .isolate import IsolationError, run_isolated
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse would exit the kernel's magic with SystemExit(2)
-        raise IsolationError(f"%%isolate: {message}. Options: {self.format_usage().strip()}")
+        usage = " ".join(self.format_usage().split())  # one line, however wide the terminal
+        raise IsolationError(f"%%isolate: {message}. Options: {usage}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"])
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--memory-budget")
+    p.add_argument("--memory-enforcement", choices=["auto", "kernel", "watchdog"])
+    p.add_argument("--stall", type=float, metavar="SECONDS")
     p.add_argument("--shm-size")
     p.add_argument("--nofile", type=int)
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
@@ -35,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-detail", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true", help="do not display the result card")
     return p
+
+
+_OPTION_OF = {name: "--" + name.replace("_", "-") for name in (
+    "start_method", "timeout", "memory_budget", "memory_enforcement", "stall", "shm_size", "nofile")}
 
 
 def isolate_cell(line: str, cell: str, user_ns: dict):
@@ -48,9 +56,15 @@ def isolate_cell(line: str, cell: str, user_ns: dict):
         env[key] = value
     if opts.out is not None and not opts.out.isidentifier():
         raise IsolationError(f"%%isolate: -o {opts.out!r} is not a valid Python name")
-    result = run_isolated(cell, start_method=opts.start_method, timeout=opts.timeout,
-                          memory_budget=opts.memory_budget, shm_size=opts.shm_size, nofile=opts.nofile,
-                          env=env, notebook_main=opts.notebook_main, memory_detail=opts.memory_detail)
+    try:
+        result = run_isolated(cell, start_method=opts.start_method, timeout=opts.timeout,
+                              memory_budget=opts.memory_budget, shm_size=opts.shm_size, nofile=opts.nofile,
+                              env=env, notebook_main=opts.notebook_main, memory_detail=opts.memory_detail,
+                              memory_enforcement=opts.memory_enforcement, stall=opts.stall)
+    except IsolationError as exc:
+        if exc.argument in _OPTION_OF:  # name the option the user typed, not the Python argument
+            raise IsolationError(f"%%isolate: {exc.for_option(_OPTION_OF[exc.argument])}") from None
+        raise IsolationError(f"%%isolate: {exc}") from None
     if opts.out:
         user_ns[opts.out] = result
     return None if opts.quiet else result
