@@ -287,6 +287,10 @@ def _signame(num: int) -> str:
     return _SIG_NAMES.get(num, f"signal {num}")
 
 
+def _batches(n: int) -> str:
+    return f"{n} batch" if n == 1 else f"{n} batches"
+
+
 def _short(text: str, limit: int = 160) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -390,14 +394,17 @@ def _facts_from_result(result) -> _Facts:
                           origin, ev.get("t")) for c in ev["chain"]]
             facts.loader_errors.append(chain)
     facts.iters = [ev for ev in events if ev.get("event") == "iter"]
-    counts = [ev.get("batches") for ev in events if ev.get("event") == "progress"
-              and isinstance(ev.get("batches"), int)]
-    progress = getattr(result, "progress", None)
-    if isinstance(progress, (list, tuple)):
-        counts += [p.get("batches") for p in progress if isinstance(p, dict) and isinstance(p.get("batches"), int)]
-    elif isinstance(progress, int):
-        counts.append(progress)
-    facts.batches = max(counts) if counts else None
+    progress = [ev for ev in events if ev.get("event") == "progress" and isinstance(ev.get("batches"), int)]
+    extra = getattr(result, "progress", None)
+    if isinstance(extra, (list, tuple)):
+        progress += [p for p in extra if isinstance(p, dict) and isinstance(p.get("batches"), int)]
+    per_iter: dict = {}
+    for ev in progress:  # batches delivered so far by each iterator: the last count of each, summed
+        key = ev.get("iter")
+        per_iter[key] = max(per_iter.get(key, 0), ev["batches"])
+    if isinstance(extra, int):
+        per_iter = {None: extra}
+    facts.batches = sum(per_iter.values()) if per_iter else None
     for w in result.workers:
         facts.workers.append(_Worker(w.pid, w.exitcode, w.role, bool(w.killed_by_watchdog),
                                      bool(getattr(w, "killed_by_kernel_oom", False)), w.peak_rss))
@@ -948,7 +955,7 @@ def _decide(facts: _Facts) -> tuple:
             head = ended[0]
             mine = [_outside_finding(head)]
             if facts.batches:
-                mine.append(_Finding("outside_loader", f"the DataLoader had delivered {facts.batches} batches "
+                mine.append(_Finding("outside_loader", f"the DataLoader had delivered {_batches(facts.batches)} "
                                      "before it", "high"))
             return "outside_loader", mine, "high", others, False
         findings = _episode(facts, loader_chain)
@@ -1148,7 +1155,7 @@ def explain(obj) -> Diagnosis:
         label = "echo of the failure above" if f.echo else "also seen"
         evidence.append(f"{label}: {f.text}")
     if facts.batches is not None and cause not in ("ok", "outside_loader"):
-        evidence.append(f"the DataLoader delivered {facts.batches} batches before it stopped")
+        evidence.append(f"the DataLoader delivered {_batches(facts.batches)} before it stopped")
     evidence.extend(_status_lines(facts))
     if facts.stall or facts.outcome == "timed_out":
         evidence.extend(_stack_lines(facts))

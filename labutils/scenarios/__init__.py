@@ -1,1 +1,142 @@
-"""Scenario scripts: one broken and one fixed DataLoader program per cause id."""
+"""The scenario registry: for every cause, a broken and a fixed training script, and how to run them.
+
+Each :class:`Scenario` names its cause id (the one the diagnosis must give the broken script), the two
+scripts (files in this folder; ordinary programs that ``python script.py`` runs), the notebook that
+teaches it, the run limits of each version, and the knobs it accepts: the run options a learner may
+change in the lab without changing what the scenario demonstrates. Nothing in a script tells the
+diagnosis what to find. A new cause is one catalogue entry (:mod:`labutils.causes`) plus two scripts
+and one entry here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+__all__ = ["KNOBS", "RunOptions", "SCENARIOS", "SCENARIO_DIR", "Scenario", "get_scenario"]
+
+SCENARIO_DIR = os.path.dirname(os.path.abspath(__file__))
+
+#: The run options a scenario may accept as knobs (the names of :class:`RunOptions`).
+KNOBS = ("start_method", "timeout", "stall", "memory_budget", "shm_size", "nofile")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The :func:`labutils.run_isolated` limits of one run (the same names as the diagnose options)."""
+
+    timeout: Optional[float] = 60.0
+    memory_budget: Optional[str] = None
+    shm_size: Optional[str] = None
+    nofile: Optional[int] = None
+    start_method: Optional[str] = None
+    notebook_main: bool = False
+    stall: Optional[float] = None
+
+    def kwargs(self) -> dict:
+        """Keyword arguments for :func:`labutils.run_isolated` (``stall`` only when set)."""
+        kw = asdict(self)
+        if kw["stall"] is None:
+            kw.pop("stall")
+        return kw
+
+    def cli_args(self) -> list:
+        """The same limits as ``python -m labutils diagnose`` options."""
+        args = [] if self.timeout is None else ["--timeout", f"{self.timeout:g}"]
+        if self.stall is not None:
+            args += ["--stall", f"{self.stall:g}"]
+        for name in ("memory_budget", "shm_size", "nofile", "start_method"):
+            value = getattr(self, name)
+            if value is not None:
+                args += ["--" + name.replace("_", "-"), str(value)]
+        if self.notebook_main:
+            args.append("--stdin-main")
+        return args
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One cause, demonstrated by a broken script and a fixed one (file names in this folder)."""
+
+    id: str
+    title: str
+    broken: str
+    fixed: str
+    expected: str
+    notebook: str
+    broken_options: RunOptions = field(default_factory=RunOptions)
+    fixed_options: RunOptions = field(default_factory=RunOptions)
+    note: str = ""
+    knobs: tuple = ("start_method", "timeout")
+
+    def path(self, which: str) -> str:
+        """Absolute path of the ``"broken"`` or ``"fixed"`` script."""
+        return os.path.join(SCENARIO_DIR, getattr(self, _which(which)))
+
+    def options(self, which: str) -> RunOptions:
+        return self.broken_options if _which(which) == "broken" else self.fixed_options
+
+
+def _which(which: str) -> str:
+    if which not in ("broken", "fixed"):
+        raise ValueError(f"which={which!r}: use 'broken' or 'fixed'")
+    return which
+
+
+_SPAWN = RunOptions(timeout=90, start_method="spawn")
+_FIXED_METHOD = ("timeout",)  # the lesson belongs to one start method: the script or the run pins it
+SCENARIOS: dict = {s.id: s for s in [
+    Scenario("ok", "A healthy loop: 2 workers, a linear model", "ok_healthy.py", "ok_healthy.py", "ok",
+             "01_read_the_error"),
+    Scenario("worker_exception", "A mislabelled row raises KeyError in __getitem__",
+             "worker_exception_broken.py", "worker_exception_fixed.py", "worker_exception",
+             "01_read_the_error"),
+    Scenario("unpicklable_dataset", "spawn: the dataset holds an open file handle",
+             "unpicklable_dataset_broken.py", "unpicklable_dataset_fixed.py", "unpicklable_dataset",
+             "02_spawn_and_pickling", _SPAWN, _SPAWN, knobs=_FIXED_METHOD),
+    Scenario("main_not_importable", "spawn from a notebook-like __main__: workers cannot find the class",
+             "main_not_importable_broken.py", "main_not_importable_fixed.py", "main_not_importable",
+             "02_spawn_and_pickling", RunOptions(timeout=90, start_method="spawn", notebook_main=True),
+             RunOptions(timeout=90, start_method="spawn", notebook_main=True), knobs=_FIXED_METHOD),
+    Scenario("missing_main_guard", "spawn: a script without `if __name__ == \"__main__\":`",
+             "missing_main_guard_broken.py", "missing_main_guard_fixed.py", "missing_main_guard",
+             "02_spawn_and_pickling", _SPAWN, _SPAWN, knobs=_FIXED_METHOD),
+    Scenario("native_crash", "A segfault in a 'C decoder' (ctypes null read, a stand-in) on a truncated record",
+             "native_crash_broken.py", "native_crash_fixed.py", "native_crash", "03_corrupt_data"),
+    Scenario("oom_killed", "An unbounded per-worker cache under a 400 MB memory budget",
+             "oom_killed_broken.py", "oom_killed_fixed.py", "oom_killed", "04_memory_and_oom",
+             RunOptions(timeout=90, memory_budget="400M"), RunOptions(timeout=90, memory_budget="400M"),
+             note="the run's memory limit kills over budget, as the kernel OOM killer would",
+             knobs=("start_method", "timeout", "memory_budget")),
+    Scenario("shm_exhausted", "12 MiB float batches through an 8 MiB /dev/shm",
+             "shm_exhausted_broken.py", "shm_exhausted_fixed.py", "shm_exhausted", "05_shared_memory",
+             RunOptions(timeout=90, shm_size="8M"), RunOptions(timeout=90, shm_size="8M"),
+             note="needs a private mount namespace; reported unsupported where the OS refuses",
+             knobs=("start_method", "timeout", "shm_size")),
+    Scenario("fd_limit", "Keeping every batch alive with RLIMIT_NOFILE=128",
+             "fd_limit_broken.py", "fd_limit_fixed.py", "fd_limit", "06_file_descriptors",
+             RunOptions(timeout=60, nofile=128), RunOptions(timeout=60, nofile=128),
+             knobs=("start_method", "timeout", "nofile")),
+    Scenario("worker_exit", "A helper calls sys.exit(2) inside a worker on a missing file",
+             "worker_exit_broken.py", "worker_exit_fixed.py", "worker_exit", "01_read_the_error"),
+    Scenario("timeout", "A lock held by a thread at fork time; DataLoader(timeout=2)",
+             "timeout_broken.py", "timeout_fixed.py", "timeout", "07_hangs_and_timeouts",
+             RunOptions(timeout=60), RunOptions(timeout=60), knobs=_FIXED_METHOD),
+    Scenario("hang", "A lock held by a thread at fork time; no timeout, the runner stops it",
+             "hang_broken.py", "hang_fixed.py", "hang", "07_hangs_and_timeouts",
+             RunOptions(timeout=10), RunOptions(timeout=60), knobs=("timeout", "stall")),
+    Scenario("cuda_in_worker", "`.cuda()` in __getitem__ (CPU-only build here: no CUDA at all)",
+             "cuda_in_worker_broken.py", "cuda_in_worker_fixed.py", "cuda_in_worker", "02_spawn_and_pickling",
+             note="on a GPU machine the same script fails with 'Cannot re-initialize CUDA in forked subprocess'"),
+    Scenario("outside_loader", "The loader works; the model's input size is wrong (a shape error in the loop)",
+             "outside_loader_broken.py", "outside_loader_fixed.py", "outside_loader", "01_read_the_error",
+             note="the diagnosis must not blame the DataLoader for an error in the model"),
+]}
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise KeyError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}") from None
