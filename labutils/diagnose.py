@@ -619,7 +619,7 @@ def _printed(stderr: str) -> list:
             who = "child_start"
         elif re.search(r"torch[/\\]utils[/\\]data[/\\]_utils[/\\]worker\.py", body):
             who = "worker"
-        elif re.search(r"multiprocessing[/\\]queues\.py\", line \d+, in _feed", body):
+        elif re.search(r"multiprocessing[/\\](queues|resource_sharer)\.py\", line \d+, in (_feed|_serve)", body):
             who = "feeder"
         elif re.search(r"multiprocessing[/\\]process\.py\", line \d+, in _bootstrap", body):
             who = "mp_child"
@@ -630,7 +630,8 @@ def _printed(stderr: str) -> list:
 
 
 _WHO = {"child_start": "a spawned child printed while starting", "worker": "a worker printed",
-        "feeder": "a queue feeder thread printed", "mp_child": "a child process printed"}
+        "feeder": "a multiprocessing helper thread (queue feeder, fd sharer) printed",
+        "mp_child": "a child process printed"}
 
 
 def _stderr_findings(facts: _Facts) -> list:
@@ -1077,11 +1078,12 @@ def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
         if m:
             text = f"a worker was killed by {m.group(1)} in native code (a crash in C/C++, not a Python error)"
     elif cause == "oom_killed":
-        if any("watchdog" in f.text for f in mine):
+        strong = [f for f in mine if f.conf == "high"]
+        if any("memory watchdog" in f.text for f in strong):
             text = "a process was SIGKILLed for using too much memory; here the lab's memory watchdog did it"
-        elif any("kernel" in f.text and f.conf == "high" for f in mine):
+        elif any("kernel" in f.text for f in strong):
             text = "a process was SIGKILLed for using too much memory: the kernel's OOM killer did it"
-        elif any(f.conf == "high" for f in mine):
+        elif strong:
             text = "a process was SIGKILLed for using too much memory (its memory climbed to the limit)"
     elif cause == "worker_exit":
         startup = next((f.detail for f in mine if f.variant == "startup" and f.detail), None)
