@@ -687,7 +687,7 @@ def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> O
     ml = facts.memory_limit or {}
     rec = ml.get("kernel_record") if isinstance(ml, dict) else None
     if isinstance(rec, dict) and (rec.get("oom_kill") or 0) > 0:
-        pids = rec.get("pids") or []
+        pids = rec.get("killed_pids") or rec.get("pids") or []
         if not pids or pid in pids or main:
             return (f"the kernel's OOM killer: the run's memory cgroup records oom_kill {rec.get('oom_kill')} "
                     f"(from {rec.get('source', 'the cgroup')}, limit "
@@ -1112,8 +1112,10 @@ def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
     elif cause == "hang" and not facts.stall and facts.outcome == "timed_out":
         text = "no progress until the run's time limit: a worker or the main process was stuck"
     if recovered:
-        later = [it for it in facts.iters if it.get("num_workers") == 0]
-        if later and not _single_process(facts):
+        t0 = next((e.t for c in facts.loader_errors for e in c if e.t is not None), None)
+        later = [it for it in facts.iters if it.get("num_workers") == 0
+                 and (t0 is None or (it.get("t") or 0) >= t0)]
+        if later and (t0 is not None or not _single_process(facts)):
             text += " - your script recovered: it caught the error and went on with num_workers=0, then exited 0"
         else:
             text += " - your script recovered: it caught the error and exited 0"
