@@ -437,14 +437,36 @@ def kill_leftovers(pid):
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
         except (psutil.Error, ProcessLookupError, PermissionError, OSError):
             pass
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid == os.getpid():
-            continue
-        try:
-            if proc.environ().get("LABUTILS_KERNEL_EVIDENCE") == EVID:
+    def ours():
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            if proc.pid == os.getpid():
+                continue
+            try:
+                if proc.environ().get("LABUTILS_KERNEL_EVIDENCE") == EVID:
+                    found.append(proc)
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    def tracker(proc):
+        return "resource_tracker" in " ".join(proc.info.get("cmdline") or [])
+
+    for proc in ours():
+        if not tracker(proc):
+            try:
                 proc.kill()
-        except (psutil.Error, OSError):
-            continue
+            except psutil.Error:
+                pass
+    # the kernel's resource_tracker unlinks the semaphores the kernel and its workers left once they
+    # are gone; give it that moment before anything else
+    trackers = [p for p in ours() if tracker(p)]
+    _gone, alive = psutil.wait_procs(trackers, timeout=5)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 kernel_died = False
 kernel_rc = None
