@@ -1,0 +1,49 @@
+"""`python -m labutils`: one argparse front door; every command keeps its options and exit codes."""
+
+import subprocess
+import sys
+
+import pytest
+
+from labutils.cli import COMMANDS, build_parser, main
+
+PY = sys.executable
+
+
+def labutils(*args, timeout=120):
+    return subprocess.run([PY, "-m", "labutils", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_no_command_prints_the_commands_and_exits_2():
+    done = labutils()
+    assert done.returncode == 2 and all(name in done.stderr for name in COMMANDS)
+
+
+def test_help_lists_every_command():
+    done = labutils("--help")
+    assert done.returncode == 0 and all(name in done.stdout for name in COMMANDS)
+
+
+def test_unknown_command_is_one_line_and_exit_2():
+    done = labutils("diagnoze", "x.py")
+    assert done.returncode == 2 and "unknown command 'diagnoze'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command, text", [("doctor", "--num-workers"), ("diagnose", "--stall"),
+                                           ("tour", "--only"), ("run", "scenario")])
+def test_each_command_answers_help_with_its_own_options(command, text):
+    done = labutils(command, "--help")
+    assert done.returncode == 0 and text in done.stdout, done.stdout + done.stderr
+
+
+def test_the_rest_of_the_line_reaches_the_command_untouched(capsys):
+    ns = build_parser().parse_args(["diagnose", "--", "--json", "s.py", "--json", "-x"])
+    assert ns.command == "diagnose" and ns.rest[1:] == ["--json", "s.py", "--json", "-x"]
+    assert main(["doctor", "--prefetch-factor", "0"]) == 2
+    assert "must be >= 1" in capsys.readouterr().err
+
+
+def test_diagnose_stall_option_is_checked():
+    done = labutils("diagnose", "--stall", "soon", "x.py")
+    assert done.returncode == 2 and "--stall" in done.stderr and "Traceback" not in done.stderr
