@@ -301,10 +301,14 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
                               "fixes": [], "outcome": result.outcome, "exit": result.exit_text,
                               "workers": [], "memory_limit": getattr(result, "memory_limit", None)}))
         return 2
-    if args.json:
-        print(json.dumps(report_dict(result, args.script, args.args), default=repr))
-    else:
-        print(_report_text(result, args.script, args.quiet))
+    try:
+        if args.json:
+            print(json.dumps(report_dict(result, args.script, args.args), default=repr))
+        else:
+            print(_report_text(result, args.script, args.quiet))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `diagnose ... | head`: the reader left; that is not an error of the run
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if result.diagnosis.cause == "ok" else 1
 
 
@@ -328,8 +332,9 @@ def _kernel_result(outer, path: str, start_method: Optional[str]):
 
     nb = (outer.values or {}).get("notebook")
     if outer.outcome == "unsupported" or not isinstance(nb, dict):
-        if not isinstance(nb, dict) and outer.outcome == "failed" and outer.exceptions:
-            return outer  # the runner itself failed (nbclient missing, notebook unreadable): show that
+        # stopped before the runner could report (a stall, the time limit, the runner itself killed):
+        # the run's own records stand, with the cell that was running
+        outer.__dict__["failing_cell"] = (outer.values or {}).get("notebook_cell")
         return outer
     exits = {int(k): v for k, v in (nb.get("exits") or {}).items()}
     seen = {k["pid"] for k in outer.watchdog_kills or []}
@@ -360,7 +365,7 @@ def _kernel_result(outer, path: str, start_method: Optional[str]):
     kills = [dict(k, main=True) if k in main_kills else k for k in outer.watchdog_kills or []]
     result = RunResult(
         outcome=outcome, returncode=rc, signal=-rc if isinstance(rc, int) and rc < 0 else None,
-        workers=workers, exceptions=chain, loader_events=list(nb.get("loader") or []),
+        workers=workers, exceptions=chain, loader_events=list(outer.loader_events or []),
         stdout=nb.get("stdout", "") or outer.stdout, stderr=(outer.stderr or "") + (nb.get("stderr") or ""),
         wall_time=outer.wall_time, peak_rss=outer.peak_rss, watchdog_kills=kills,
         reason=outer.reason or nb.get("error_text"), options=dict(outer.options, start_method=start_method,
@@ -398,11 +403,21 @@ client = NotebookClient(nb, timeout=None, kernel_name="python3", allow_errors=Fa
                         resources={"metadata": {"path": os.path.dirname(CFG["path"])}})
 state = {"kernel_pid": None, "cell": None, "error": None}
 
+def describe(cell_index):
+    idx = cell_index - 1
+    src = original[idx].source if 0 <= idx < len(original) else ""
+    code_index = sum(1 for c in original[:idx + 1] if c.cell_type == "code")
+    head = next((ln for ln in src.splitlines() if ln.strip() and not ln.startswith("#")), src[:80])
+    return {"index": idx, "code_index": code_index, "head": head[:120]}
+
 def on_cell_start(cell, cell_index):
     if state["kernel_pid"] is None:
         proc = getattr(getattr(client.km, "provisioner", None), "process", None)
         state["kernel_pid"] = getattr(proc, "pid", None)
     state["cell"] = cell_index
+    if cell_index >= 1:  # the cell running now, in case the run is stopped (stall, time limit) in it
+        with open(os.path.join(RUN_DIR, "emitted.jsonl"), "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"notebook_cell": describe(cell_index)}) + "\n")
 
 client.on_cell_start = on_cell_start
 
@@ -493,11 +508,7 @@ finally:
 
 cell = None
 if state["error"] in ("cell", "dead") and state["cell"] is not None and state["cell"] >= 1:
-    idx = state["cell"] - 1
-    src = original[idx].source if idx < len(original) else ""
-    code_index = sum(1 for c in original[:idx + 1] if c.cell_type == "code")
-    head = next((ln for ln in src.splitlines() if ln.strip() and not ln.startswith("#")), src[:80])
-    cell = {"index": idx, "code_index": code_index, "head": head[:120]}
+    cell = describe(state["cell"])
 streams = []
 for c in nb.cells[1:]:
     for out in c.get("outputs", []):
@@ -507,7 +518,7 @@ record = {
     "cell": cell, "error": state["error"], "error_text": error_text, "kernel_died": kernel_died,
     "kernel_returncode": kernel_rc, "kernel_pid": state["kernel_pid"],
     "exc": read_json("exc.json") if state["error"] == "cell" else None,
-    "loader": read_jsonl("loader.jsonl"), "procs": read_jsonl("procs.jsonl"),
+    "procs": read_jsonl("procs.jsonl"),
     "exits": read_json("exits.json") or {},
     "stdout": "".join(t for n, t in streams if n == "stdout"),
     "stderr": "".join(t for n, t in streams if n == "stderr"),
@@ -519,22 +530,28 @@ print(f"notebook {CFG['path']}: {state['error'] or 'ran to the end'}")
 '''
 
 #: The first cell the kernel runs (not part of the learner's notebook): the same evidence the bootstrap
-#: of an isolated script records (processes started, DataLoader iterators and the exceptions that
-#: escape them, the exception of a failing cell, exit codes), written under the run directory.
+#: of an isolated script records. DataLoader iterators, their progress and the exceptions that escape
+#: them go to the run's own loader.jsonl (so the runner sees progress and stalls in the kernel as in a
+#: script); processes the kernel starts, their exit codes and a failing cell's exception go under
+#: the run directory's kernel/ folder.
 _KERNEL_PREAMBLE = r'''
 def __labutils_instrument():
-    import json, os, sys, time, traceback, multiprocessing
+    import faulthandler, json, os, signal, sys, time, traceback, multiprocessing
     from multiprocessing import process
     evid = os.environ["LABUTILS_KERNEL_EVIDENCE"]
+    run_dir = os.environ["LABUTILS_RUN_DIR"]
     main_pid = os.getpid()
+    counter = [0]
+    if hasattr(signal, "SIGUSR1"):  # the runner's stack dump on a stall: into the run's stderr
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     method = os.environ.get("LABUTILS_KERNEL_START_METHOD")
     if method:
         multiprocessing.set_start_method(method, force=True)
     started = []
 
-    def append(name, record):
+    def append(name, record, folder=None):
         try:
-            with open(os.path.join(evid, name), "a", encoding="utf-8") as fh:
+            with open(os.path.join(folder or evid, name), "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record, default=repr) + "\n")
         except OSError:
             pass
@@ -591,7 +608,7 @@ def __labutils_instrument():
             try:
                 return original_iter(self)
             except BaseException as exc:
-                append("loader.jsonl", {"event": "init_error", "t": time.time(), "chain": chain(exc)})
+                append("loader.jsonl", {"event": "init_error", "t": time.time(), "chain": chain(exc)}, run_dir)
                 raise
 
         def __init__(self, loader, *a, **kw):
@@ -601,20 +618,37 @@ def __labutils_instrument():
                 m = ctx.get_start_method() if ctx is not None else multiprocessing.get_start_method()
             except Exception:
                 m = None
-            append("loader.jsonl", {"event": "iter", "t": time.time(), "num_workers": loader.num_workers,
-                                    "timeout": loader.timeout, "start_method": m,
-                                    "batch_size": loader.batch_size,
+            counter[0] += 1
+            self._lab_iter, self._lab_batches, self._lab_last = counter[0], 0, 0.0
+            append("loader.jsonl", {"event": "iter", "t": time.time(), "iter": counter[0],
+                                    "num_workers": loader.num_workers, "timeout": loader.timeout,
+                                    "start_method": m, "batch_size": loader.batch_size,
+                                    "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory,
                                     "dataset": type(loader.dataset).__module__ + "."
-                                    + type(loader.dataset).__qualname__})
+                                    + type(loader.dataset).__qualname__}, run_dir)
+
+        def progress(self):
+            self._lab_last = time.time()
+            append("loader.jsonl", {"event": "progress", "t": self._lab_last, "iter": self._lab_iter,
+                                    "batches": self._lab_batches}, run_dir)
 
         def __next__(self):
             try:
-                return original_next(self)
+                data = original_next(self)
             except StopIteration:
+                if hasattr(self, "_lab_iter"):
+                    progress(self)
                 raise
             except BaseException as exc:
-                append("loader.jsonl", {"event": "error", "t": time.time(), "chain": chain(exc)})
+                append("loader.jsonl", {"event": "error", "t": time.time(), "chain": chain(exc)}, run_dir)
+                if hasattr(self, "_lab_iter"):
+                    progress(self)
                 raise
+            if hasattr(self, "_lab_iter"):
+                self._lab_batches += 1
+                if time.time() - self._lab_last >= 0.25:
+                    progress(self)
+            return data
 
         module.DataLoader.__iter__ = __iter__
         base.__init__, base.__next__ = __init__, __next__

@@ -91,3 +91,20 @@ def test_a_notebook_takes_no_script_arguments(tmp_path):
     path = notebook(tmp_path / "n.ipynb", "fork")
     done = diagnose(str(path), "--epochs", "3", timeout=60)
     assert done.returncode == 2 and "takes no arguments" in done.stderr
+
+
+def test_a_stuck_cell_is_a_hang_stopped_by_progress_and_named(tmp_path, no_leaks):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(DATASET),
+                nbformat.v4.new_code_cell("import time\n\nclass Stuck(Squares):\n    def __getitem__(self, i):\n"
+                                          "        time.sleep(600)\n\n"
+                                          "for b in DataLoader(Stuck(), batch_size=2, num_workers=2, "
+                                          "multiprocessing_context='fork'):\n    pass")]
+    path = tmp_path / "stuck.ipynb"
+    nbformat.write(nb, str(path))
+    done = diagnose("--json", "--stall", "5", str(path))
+    assert done.returncode == 1, done.stderr
+    data = json.loads(done.stdout)
+    assert data["cause"] == "hang" and data["confidence"] == "high", data["evidence"]
+    assert data["stall"]["limit"] == 5 and data["cell"]["index"] == 1
+    assert _kernels_left() == [] and labutils.find_strays() == []
