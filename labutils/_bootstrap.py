@@ -87,6 +87,30 @@ def _chain(exc: BaseException) -> list:
     return out
 
 
+def _record_exit_of(popen_class) -> None:
+    """Patch a multiprocessing Popen class so that the exit status the main process reaps is recorded
+    (``exits.jsonl``): a dead worker is reaped within milliseconds, before the runner could read it."""
+    original = popen_class.__dict__.get("poll")
+    if original is None:
+        for base in popen_class.__mro__[1:]:
+            if "poll" in base.__dict__:
+                _record_exit_of(base)
+                return
+        return
+    if getattr(original, "_labutils_wrapped", False):
+        return
+
+    def poll(self, *args, **kwargs):
+        code = original(self, *args, **kwargs)
+        if code is not None and not getattr(self, "_labutils_exit_logged", False) and os.getpid() == MAIN_PID:
+            self._labutils_exit_logged = True
+            _append("exits.jsonl", {"pid": self.pid, "exitcode": code, "t": time.time()})
+        return code
+
+    poll._labutils_wrapped = True
+    popen_class.poll = poll
+
+
 def _track_processes() -> None:
     from multiprocessing import process
 
@@ -106,6 +130,7 @@ def _track_processes() -> None:
         original_start(self)
         if os.getpid() != MAIN_PID:
             return
+        _record_exit_of(type(self._popen))
         _started.append(self)
         _append("procs.jsonl", {
             "pid": self.pid, "name": self.name, "t": time.time(), "start_ticks": _start_ticks(self.pid),

@@ -164,6 +164,38 @@ def _num_fds(pid: int) -> Optional[int]:
         return None
 
 
+def _descendants(root: int, psutil=None) -> list:
+    """``root`` and every process below it, from ``/proc/PID/task/TID/children`` (cheap: only the run's
+    processes are read), or from psutil's scan of every process where that file does not exist."""
+    out, frontier, seen = [], [root], {root}
+    while frontier:
+        pid = frontier.pop()
+        out.append(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                    kids = fh.read().split()
+            except FileNotFoundError:
+                if pid == root and not os.path.exists(f"/proc/{pid}/task/{tid}/children") and psutil:
+                    try:
+                        return [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
+                    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                        return [root]
+                continue
+            except OSError:
+                continue
+            for kid in kids:
+                k = int(kid)
+                if k not in seen:
+                    seen.add(k)
+                    frontier.append(k)
+    return out
+
+
 class _Tail:
     """New complete JSON lines of a file written by the run, read incrementally."""
 
@@ -225,6 +257,9 @@ class _Monitor(threading.Thread):
         self.t0 = time.monotonic()
         self._loader = _Tail(os.path.join(run_dir, "loader.jsonl"))
         self._procs_log = _Tail(os.path.join(run_dir, "procs.jsonl"))
+        self._exits = _Tail(os.path.join(run_dir, "exits.jsonl"))
+        self.exit_codes: dict = {}  # pid -> exit code as the main process reaped it
+        self._pending: dict = {}
         self.worker_pids: set = set()
         self.iters: dict = {}  # iterator id -> {"created": t, "batches": n, "last": t}
         self._alive: set = set()
@@ -234,6 +269,9 @@ class _Monitor(threading.Thread):
 
     # ------------------------------------------------------------------ evidence from the run's files
     def _read_logs(self) -> None:
+        for rec in self._exits.read():
+            if isinstance(rec.get("pid"), int) and isinstance(rec.get("exitcode"), int):
+                self.exit_codes[rec["pid"]] = rec["exitcode"]
         for rec in self._procs_log.read():
             if str(rec.get("target", "")).endswith("_worker_loop"):
                 self.worker_pids.add(rec.get("pid"))
@@ -260,14 +298,12 @@ class _Monitor(threading.Thread):
         return "other"
 
     # ------------------------------------------------------------------ one tick
-    def _tick(self, psutil, root) -> bool:
-        try:
-            tree = [root.pid, *(c.pid for c in root.children(recursive=True))]
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            tree = []
-        for pid in tree:
+    def _tick(self, psutil) -> bool:
+        tree = _descendants(self.pid, psutil)
+        for pid in tree[1:]:
             self.procs.adopt(pid)
         self._read_logs()
+        self._flush_pending()
         now = round(time.monotonic() - self.t0, 3)
         wall = time.time()
         if self.cgroup is not None:
@@ -285,7 +321,7 @@ class _Monitor(threading.Thread):
                 continue
             alive_now.add(pid)
             rss = _rss(pid)
-            if rss is None:
+            if not rss:  # gone, or exiting (its memory is already released)
                 continue
             info = self.seen.get(pid)
             if info is None:
@@ -332,6 +368,23 @@ class _Monitor(threading.Thread):
 
     def _died(self, proc, wall: float) -> None:
         exitcode, sig = _decode_status(_procs.zombie_status(proc.pid))
+        if exitcode is None and sig is None:
+            if proc.pid not in self.exit_codes:  # reaped already: the main process's record may follow
+                self._pending[proc.pid] = (proc, wall, time.monotonic() + 1.0)
+                return
+            code = self.exit_codes[proc.pid]
+            exitcode, sig = (None, -code) if code < 0 else (code, None)
+        self._emit(proc, wall, exitcode, sig)
+
+    def _flush_pending(self, force: bool = False) -> None:
+        for pid, (proc, wall, deadline) in list(self._pending.items()):
+            if pid in self.exit_codes or force or time.monotonic() > deadline:
+                del self._pending[pid]
+                code = self.exit_codes.get(pid)
+                exitcode, sig = (None, None) if code is None else ((None, -code) if code < 0 else (code, None))
+                self._emit(proc, wall, exitcode, sig)
+
+    def _emit(self, proc, wall: float, exitcode, sig) -> None:
         by = None
         if any(k["pid"] == proc.pid for k in self.kills):
             by = "watchdog"
@@ -368,13 +421,9 @@ class _Monitor(threading.Thread):
 
     def run(self) -> None:
         psutil = _psutil()
-        try:
-            root = psutil.Process(self.pid)
-        except psutil.NoSuchProcess:
-            return
         interval = self.interval if self.on_sample is None else min(self.interval, 0.25)
         while not self.stop.is_set():
-            self._tick(psutil, root)
+            self._tick(psutil)
             self.stop.wait(interval)
 
     def finish(self) -> None:
@@ -392,6 +441,7 @@ class _Monitor(threading.Thread):
             if proc is not None and not self.procs.alive(proc):
                 self._died(proc, wall)
         self._alive = set()
+        self._flush_pending(force=True)
 
 
 def _dump_stacks(procs, run_dir: str, wait: float = 0.6) -> dict:
@@ -755,6 +805,15 @@ def _wait_leader(proc, pidfd, wake_r, deadline, monitor) -> str:
             return "stalled"
 
 
+def _close_fds(*fds) -> None:
+    for fd in fds:
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, interval, detail, python,
              cgroup, memory_limit, stall, on_sample, on_event):
     cmd = [python, _BOOTSTRAP, run_dir]
@@ -797,16 +856,16 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
             stacks = _dump_stacks(procs, run_dir)
     except BaseException:  # KeyboardInterrupt in the kernel: still leave nothing behind
         monitor.stop.set()
+        monitor.join(timeout=5)
         procs.terminate(leader_alive=True, helper_grace=0.5)
         proc.wait()
         procs.close()
+        _close_fds(wake_r, wake_w, pidfd)
         raise
     finally:
         wall = time.monotonic() - t0
-        for fd in (wake_r, wake_w, pidfd):
-            if fd is not None:
-                os.close(fd)
     monitor.finish()
+    _close_fds(wake_r, wake_w, pidfd)  # only now: the monitor may write to wake_w until it stops
     kernel_record = cgroup.record() if cgroup is not None else None
     left = procs.terminate(leader_alive=how != "exited")
     proc.wait()  # reaped only now: until here the group id could not be anybody else's
@@ -840,9 +899,13 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
         info = monitor.seen.get(pid, {})
         kill = next((k for k in monitor.kills if k["pid"] == pid), None)
         exitcode = exits.get(pid)
+        if exitcode is None:
+            exitcode = monitor.exit_codes.get(pid)
         if exitcode is None and pid in event_status:
             ev = event_status[pid]
             exitcode = -ev["signal"] if ev.get("signal") else ev.get("exitcode")
+        if exitcode is None and (pid in killed_by_kernel or kill is not None):
+            exitcode = -9  # its parent died before reaping it; the kernel (or the watchdog) sent SIGKILL
         workers.append(ProcessInfo(
             pid=pid, name=rec.get("name", ""), role="dataloader_worker"
             if rec.get("target", "").endswith("_worker_loop") else "process",

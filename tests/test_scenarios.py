@@ -2,7 +2,9 @@
 
 The broken script of each scenario is diagnosed three times (the cause must not depend on timing),
 the fixed script once (it must be `ok`). Each run is a real isolated process: a real segfault, a real
-SIGKILL by the memory watchdog, a real 8 MiB /dev/shm, a real RLIMIT_NOFILE.
+SIGKILL under the memory budget (the kernel's OOM killer in a cgroup of the run where the OS allows it,
+else the lab's watchdog), a real 8 MiB /dev/shm, a real RLIMIT_NOFILE. Every scenario runs under the
+suite's default start method and each extra one the lab's pytest plugin asks for (``lab_start_method``).
 """
 
 import json
@@ -28,26 +30,19 @@ def _torch_has_cuda() -> bool:
         return False
 
 
-def diagnose(scenario, which):
+def diagnose(scenario, which, lab_start_method=None):
     opts = scenario.options(which)
     cmd = [PY, "-m", "labutils", "diagnose", "--json", *opts.cli_args(), scenario.path(which)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=opts.timeout + 120)
+    env = dict(os.environ)
+    if lab_start_method is not None:
+        env["LABUTILS_START_METHOD"] = lab_start_method  # the default start method of the run
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=opts.timeout + 120, env=env)
     if done.returncode == 2 and "could not start" in done.stderr:
         pytest.skip(done.stderr.strip())
     assert done.returncode in (0, 1), done.stderr
     data = json.loads(done.stdout)
     assert {"cause", "summary", "evidence", "fixes", "outcome", "exit", "workers"} <= set(data)
     return data
-
-
-def _semaphore_removed(data) -> bool:
-    """A spawn child died because its parent's /dev/shm/sem.mp-* semaphore vanished while it started.
-
-    On a machine where other isolated runs end at the same moment, the runner's /dev/shm clean-up of
-    those runs removes every new sem.mp-* file (it cannot tell whose they are), including this run's.
-    That is an environment accident, not a diagnosis error, so the fixed run is retried once.
-    """
-    return "SemLock._rebuild" in data["stderr"] and "FileNotFoundError" in data["stderr"]
 
 
 def _skip_if_unsupported(scenario):
@@ -67,21 +62,19 @@ def test_every_cause_has_a_scenario():
 
 
 @pytest.mark.parametrize("cause", list(SCENARIOS))
-def test_scenario_is_named_three_times_and_fixed_is_ok(cause):
+def test_scenario_is_named_three_times_and_fixed_is_ok(cause, lab_start_method):
     sc = SCENARIOS[cause]
     _skip_if_unsupported(sc)
     runs = 1 if sc.broken == sc.fixed else RUNS  # `ok`: broken and fixed are the same healthy script
     for i in range(runs):
-        data = diagnose(sc, "broken")
+        data = diagnose(sc, "broken", lab_start_method)
         assert data["cause"] == sc.expected, (
             f"run {i + 1}/{runs} of {sc.broken}: got {data['cause']!r}: {data['summary']}\n"
             + "\n".join(data["evidence"]) + "\n--- stderr tail\n" + data["stderr"][-2000:])
         if sc.expected != "ok":
             assert data["fixes"] and all(f["notebook"] for f in data["fixes"])
     if sc.broken != sc.fixed:
-        data = diagnose(sc, "fixed")
-        if data["cause"] != "ok" and _semaphore_removed(data):
-            data = diagnose(sc, "fixed")  # see _semaphore_removed: not this run's fault; one retry
+        data = diagnose(sc, "fixed", lab_start_method)
         assert data["cause"] == "ok" and data["outcome"] == "ok", (
             f"{sc.fixed}: {data['cause']}: {data['summary']}\n" + data["stderr"][-2000:])
 
