@@ -31,9 +31,12 @@ class Sentences(Dataset):
             return torch.tensor([VOCAB.get(w, 0) for w in sentence])
 
 
+# A lock held by a thread at fork time is a fork-only trap: forkserver and spawn workers start from a
+# clean process and never inherit it, so the loader pins fork (the lesson of this script).
 if __name__ == "__main__":
     started = threading.Event()
     threading.Thread(target=load_vocabulary, args=(started,), daemon=True).start()
     started.wait()
-    for batch in DataLoader(Sentences(), batch_size=8, num_workers=1, timeout=2):
+    for batch in DataLoader(Sentences(), batch_size=8, num_workers=1, timeout=2,
+                            multiprocessing_context="fork"):
         print("batch", tuple(batch.shape))

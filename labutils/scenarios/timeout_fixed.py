@@ -31,10 +31,13 @@ class Sentences(Dataset):
             return torch.tensor([VOCAB.get(w, 0) for w in sentence])
 
 
+# A lock held by a thread at fork time is a fork-only trap: forkserver and spawn workers start from a
+# clean process and never inherit it, so the loader pins fork (the lesson of this script).
 if __name__ == "__main__":
     started = threading.Event()
     download = threading.Thread(target=load_vocabulary, args=(started,), daemon=True)
     download.start()
     download.join()  # no thread may hold a lock while workers are forked
-    for batch in DataLoader(Sentences(), batch_size=8, num_workers=1, timeout=5):
+    for batch in DataLoader(Sentences(), batch_size=8, num_workers=1, timeout=5,
+                            multiprocessing_context="fork"):
         print("batch", tuple(batch.shape))
