@@ -23,7 +23,7 @@ __all__ = ["CATALOGUE", "CAUSES", "LOADER_CAUSES", "NOTEBOOKS", "PRECEDENCE", "U
 NOTEBOOKS = {
     "01": "01_read_the_error", "02": "02_spawn_and_pickling", "03": "03_corrupt_data",
     "04": "04_memory_and_oom", "05": "05_shared_memory", "06": "06_file_descriptors",
-    "07": "07_hangs_and_timeouts",
+    "07": "07_hangs_and_timeouts", "08": "08_main_module_and_guard",
 }
 
 #: Outside the vocabulary: the run could not start here / it failed and nothing says where.
@@ -107,13 +107,13 @@ _ENTRIES = [
         "main_not_importable",
         "spawn/forkserver child cannot find a class defined in `__main__` (notebook, stdin, `-c`)",
         "spawn/forkserver workers could not import a class defined in __main__ (notebook, stdin or "
-        "python -c)", "02_spawn_and_pickling",
+        "python -c)", "08_main_module_and_guard",
         fixes=(
             ("Move the Dataset class (and collate_fn, worker_init_fn) into a .py module and import it: "
-             "spawn/forkserver workers import classes by name and a notebook's __main__ has no file", "02"),
+             "spawn/forkserver workers import classes by name and a notebook's __main__ has no file", "08"),
             ("Run the training code as a script file (python train.py), not pasted into python -c or "
-             "stdin", "02"),
-            ("On Linux, multiprocessing_context='fork' needs no import of __main__", "02"),
+             "stdin", "08"),
+            ("On Linux, multiprocessing_context='fork' needs no import of __main__", "08"),
         ),
         messages=("AttributeError: Can't get attribute 'MyDataset' on <module '__main__' (built-in)>",),
     ),
@@ -121,10 +121,10 @@ _ENTRIES = [
         "missing_main_guard",
         "spawn/forkserver re-imports a script without `if __name__ == \"__main__\":`",
         "the script has no `if __name__ == \"__main__\":` guard: each spawned worker re-ran it and tried "
-        "to start workers of its own", "02_spawn_and_pickling",
+        "to start workers of its own", "08_main_module_and_guard",
         fixes=(
             ("Put the code that builds and iterates the DataLoader under `if __name__ == \"__main__\":` - "
-             "spawn/forkserver workers re-import your script and must not start workers themselves", "02"),
+             "spawn/forkserver workers re-import your script and must not start workers themselves", "08"),
         ),
         messages=("An attempt has been made to start a new process before the current process has "
                   "finished its bootstrapping phase.",),
