@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["pytester"]  # test_startmethod runs the lab's pytest plugin in a scratch project
+
 
 def shm_names() -> set:
     try:
