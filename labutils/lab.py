@@ -78,9 +78,11 @@ class LabUI:
         nofile = self.nofile.value.strip()
         if nofile and not nofile.isdigit():
             raise IsolationError(f"Open files: {nofile!r} is not a whole number")
+        stall = sc.options(self.which.value).stall  # the scenario's own progress limit (the hang scenario)
         return {
             "start_method": None if self.start_method.value.startswith("(") else self.start_method.value,
             "timeout": float(self.timeout.value),
+            **({"stall": stall} if stall is not None else {}),
             "memory_budget": self.memory_budget.value.strip() or None,
             "shm_size": self.shm_size.value.strip() or None,
             "nofile": int(nofile) if nofile else None,
