@@ -14,7 +14,7 @@ Heavy or optional parts (torch, ipywidgets) are imported only when used, so that
 stays cheap inside an isolated run.
 """
 
-from . import measure, startmethod
+from . import measure, startmethod, triage
 from . import startmethod as _startmethod
 from .channel import emit
 from .diagnose import Diagnosis, Fix, explain
@@ -41,7 +41,7 @@ __all__ = [
     "ResilientLoader", "RunResult", "Skipped", "collate_skip", "doctor", "emit", "explain", "find_strays",
     "find_unpicklable", "format_blockers", "lab", "lazy_open", "leftover_shm", "make_worker_init",
     "private_shm_support", "run_isolated", "shm_budget", "worker_init_seed_and_faulthandler",
-    "measure", "startmethod",
+    "measure", "startmethod", "triage",
 ]
 
 
