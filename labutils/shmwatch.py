@@ -1,0 +1,267 @@
+"""Watch /dev/shm while a loader runs, and decide how notebook 05 can show a full /dev/shm on this machine.
+
+Two jobs, both for the shared-memory lesson (notebook 05):
+
+* measuring: :func:`shm_used` (bytes in use on the filesystem), :class:`PeakMeter` (a thread that polls it
+  and keeps the peak), :func:`try_config` (one pass of a DataLoader with the meter running, the error it
+  raised, and the peak); :func:`in_flight_rule` is the rule the notebook checks against the measurement;
+* deciding: :func:`plan` says whether the lesson runs in a private tmpfs of its own (``private``), in this
+  machine's real /dev/shm because it is small anyway, as in a Docker container (``real``), or not at all,
+  showing recorded results instead (``recorded``), and why.
+
+Nothing here imports torch at module level: it is imported inside :func:`try_config` only.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from . import startmethod
+from ._sizes import format_size
+
+SHM_PATH = "/dev/shm"
+MiB = 2**20
+
+#: Set to ``off`` to make :func:`plan` behave as where ``unshare`` is refused (Docker's default seccomp,
+#: rootless containers, macOS), whatever this machine allows.
+ENV_PRIVATE = "LABUTILS_PRIVATE_SHM"
+#: A real /dev/shm at most this big is "small" (Docker gives 64 MiB): the lesson runs there for real.
+SMALL_SHM = 256 * MiB
+#: The lesson's /dev/shm in the private mount.
+LESSON_SHM = 8 * MiB
+#: Bytes of one image of the lesson at 8 MiB: 3 x 256 x 256 float32.
+LESSON_SAMPLE = 3 * 256 * 256 * 4
+
+
+def shm_used(path: str = SHM_PATH) -> int:
+    """Bytes in use on the filesystem holding ``path`` (``statvfs``: blocks minus free blocks)."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def shm_free(path: str = SHM_PATH) -> int:
+    """Bytes an unprivileged process can still allocate on the filesystem holding ``path``."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def shm_total(path: str = SHM_PATH) -> int:
+    """Size of the filesystem holding ``path`` in bytes."""
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+class PeakMeter(threading.Thread):
+    """Poll the use of ``path`` every ``interval`` seconds in a daemon thread and keep the highest value.
+
+    Use it as a context manager; ``peak`` is the highest use seen above the use at ``start()``
+    (``peak_total`` is the raw value). A peak shorter than the interval can be missed, so a measured peak
+    is a lower bound of the real one.
+    """
+
+    def __init__(self, path: str = SHM_PATH, interval: float = 0.001):
+        super().__init__(daemon=True, name="shm-peak-meter")
+        self.path, self.interval = path, interval
+        self.baseline = shm_used(path)
+        self.peak_total = self.baseline
+        self.samples = 0
+        self._done = threading.Event()
+
+    @property
+    def peak(self) -> int:
+        """Highest use seen, minus the use when the meter was created."""
+        return self.peak_total - self.baseline
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.peak_total = max(self.peak_total, shm_used(self.path))
+            self.samples += 1
+            time.sleep(self.interval)
+
+    def stop(self) -> int:
+        """Stop polling (one last sample is taken) and return :attr:`peak`."""
+        self._done.set()
+        if self.is_alive():
+            self.join()
+        self.peak_total = max(self.peak_total, shm_used(self.path))
+        return self.peak
+
+    def __enter__(self) -> "PeakMeter":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def in_flight_rule(batch_bytes: int, num_workers: int, prefetch_factor: int) -> int:
+    """Bytes of /dev/shm a loader can hold at its worst: ``prefetch_factor x num_workers`` batches that the
+    workers have ready or are building, plus 2 in the main process (the loop's batch and the next one)."""
+    return batch_bytes * (num_workers * prefetch_factor + 2)
+
+
+def try_config(
+    dataset: Any,
+    batch_size: int,
+    num_workers: int,
+    prefetch_factor: int,
+    *,
+    read: Optional[Callable[[Any], list]] = None,
+    step_s: float = 0.01,
+    clear_frames: bool = True,
+    path: str = SHM_PATH,
+    **loader_kwargs: Any,
+) -> dict:
+    """One pass of ``DataLoader(dataset, ...)`` with a :class:`PeakMeter` running; JSON-able result.
+
+    Each batch is passed to ``read`` (its return value, a list, is collected in ``seen``) and then the loop
+    sleeps ``step_s`` (the "training step"). A ``RuntimeError`` from the loader ends the pass and is kept
+    as text in ``error``; with ``clear_frames`` the traceback's frames are cleared at once, which lets the
+    failed iterator, its workers and their shared memory go (see notebook 05, "Retrying after the error").
+
+    Returns ``{"config": [batch_size, num_workers, prefetch_factor], "error": str | None, "seen": [...],
+    "batches": int, "peak": bytes above the start, "start_method": str | None}``.
+    """
+    from torch.utils.data import DataLoader
+
+    seen: list = []
+    batches = 0
+    error = None
+    method = None
+    with PeakMeter(path) as meter:
+        try:
+            loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
+                                prefetch_factor=prefetch_factor, **loader_kwargs)
+            ctx = loader.multiprocessing_context
+            method = ctx.get_start_method() if ctx is not None else startmethod.current()
+            it = iter(loader)
+            for batch in it:
+                batches += 1
+                if read is not None:
+                    seen += read(batch)
+                time.sleep(step_s)
+            del it
+        except RuntimeError as exc:
+            error = str(exc)
+            if clear_frames:
+                traceback.clear_frames(exc.__traceback__)
+    return {"config": [batch_size, num_workers, prefetch_factor], "error": error, "seen": seen,
+            "batches": batches, "peak": meter.peak, "start_method": method}
+
+
+@dataclass
+class ShmPlan:
+    """How notebook 05 shows a full /dev/shm here; see :func:`plan`.
+
+    ``mode``: ``private`` (a private tmpfs of ``shm_size`` bytes per run), ``real`` (this machine's own small
+    /dev/shm, ``free_bytes`` free when measured) or ``recorded`` (neither: show recorded results).
+    ``sample_bytes`` is the size of one image, chosen so that the lesson's numbers keep their meaning:
+    4 images per batch overflow the space, 1 image per batch fits. ``isolate_args`` is the ``%%isolate``
+    option that gives a run this /dev/shm (empty for ``real``).
+    """
+
+    mode: str
+    reason: str
+    shm_bytes: int
+    free_bytes: int
+    sample_bytes: int
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def runs(self) -> bool:
+        """True when the lesson's loaders really run here (``private`` or ``real``)."""
+        return self.mode in ("private", "real")
+
+    @property
+    def isolate_args(self) -> str:
+        return f"--shm-size {self.shm_bytes // MiB}M" if self.mode == "private" else ""
+
+    @property
+    def image_width(self) -> int:
+        """Width of a 3 x 256 x W float32 image of ``sample_bytes``."""
+        return self.sample_bytes // (3 * 256 * 4)
+
+    def __str__(self) -> str:
+        where = {"private": f"a private {format_size(self.shm_bytes)} /dev/shm for each run",
+                 "real": f"this machine's real /dev/shm ({format_size(self.free_bytes)} free of "
+                         f"{format_size(self.shm_bytes)})",
+                 "recorded": "recorded results (nothing runs)"}[self.mode]
+        return f"{self.mode}: {where} - {self.reason}"
+
+
+def sample_for(free_bytes: int) -> int:
+    """Bytes per image so that the lesson scales to ``free_bytes``: at 8 MiB, 768 KiB (3 x 256 x 256 float32).
+
+    Keeps ``free / image = 32 / 3``: a batch of 4 images needs 18 of 8 units under the +2 rule with 2
+    workers and ``prefetch_factor=2`` (it fails), a batch of 1 needs 4.5 (it fits). The width of a
+    3 x 256 x W image is rounded down, so an image is a multiple of 3 KiB.
+    """
+    width = max(1, (free_bytes * 3 // 32) // (3 * 256 * 4))
+    return width * 3 * 256 * 4
+
+
+def plan(
+    private: Optional[tuple] = None,
+    *,
+    path: str = SHM_PATH,
+    small: int = SMALL_SHM,
+    env: Optional[dict] = None,
+) -> ShmPlan:
+    """Decide where notebook 05's loaders meet a full /dev/shm on this machine, and say why.
+
+    ``private`` is :func:`labutils.private_shm_support`'s answer ``(prefix, reason)`` (asked when None).
+    ``LABUTILS_PRIVATE_SHM=off`` in ``env`` (default ``os.environ``) forces the answer "refused", as on a
+    machine where ``unshare`` is not allowed.
+
+    * private mount possible: ``private``, an 8 MiB tmpfs per run;
+    * refused, and the real /dev/shm is at most ``small`` (Docker's default is 64 MiB): ``real``, with images
+      sized from the measured free space (:func:`sample_for`), so the failure is this machine's own;
+    * refused and the real /dev/shm is big (or missing): ``recorded``. Filling a big /dev/shm shared with
+      everything else on the machine is not a lesson worth its risk.
+    """
+    env = os.environ if env is None else env
+    forced = env.get(ENV_PRIVATE, "").strip().lower() in ("off", "0", "no", "false")
+    if forced:
+        reason = f"{ENV_PRIVATE}={env.get(ENV_PRIVATE)} (as where unshare is refused)"
+    else:
+        if private is None:
+            from .isolate import private_shm_support
+
+            private = private_shm_support()
+        prefix, reason = private
+        if prefix is not None:
+            return ShmPlan("private", "this machine allows a private mount namespace", LESSON_SHM,
+                           LESSON_SHM, LESSON_SAMPLE)
+    try:
+        total, free = shm_total(path), shm_free(path)
+    except (OSError, AttributeError):
+        return ShmPlan("recorded", f"no private /dev/shm ({reason}) and no {path} here", 0, 0,
+                       LESSON_SAMPLE)
+    if total <= small:
+        return ShmPlan("real", f"no private /dev/shm ({reason}); {path} is small "
+                       f"({format_size(total)} <= {format_size(small)}), as in a container",
+                       total, free, sample_for(free), facts={"refused": reason})
+    return ShmPlan("recorded", f"no private /dev/shm ({reason}), and {path} is {format_size(total)}: "
+                   f"filling it would disturb everything else on this machine", total, free,
+                   LESSON_SAMPLE, facts={"refused": reason})
+
+
+#: What notebook 05 measured in a private 8 MiB /dev/shm (Linux, torch 2.13, 2 cores), shown where the
+#: lesson cannot run. Each row: (what, outcome).
+RECORDED_8M = [
+    ("batch 3 MiB, 2 workers, prefetch 2 (needs 18 MiB)",
+     "Caught RuntimeError in DataLoader worker process 0 ... unable to allocate shared memory(shm) for "
+     "file </torch_...>: No space left on device (28)"),
+    ("a Dataset writing 12 MiB through multiprocessing.shared_memory",
+     "worker killed by signal: Bus error (SIGBUS, exit -7); 'Unexpected bus error encountered in worker'"),
+    ("batch 0.75 MiB, 2 workers, prefetch 2 (needs 4.5 MiB)", "ok, every image once"),
+    ("batch 3 MiB with the file_system strategy", "the same No space left on device"),
+    ("batch 3 MiB with TMPDIR on disk", "the same No space left on device; TMPDIR gets only pymp-* folders"),
+    ("batch 3 MiB in a 64 MiB /dev/shm", "ok"),
+]
+

@@ -1,0 +1,127 @@
+"""labutils.shmwatch: the /dev/shm meter, one measured loader pass, and notebook 05's choice of path
+(a private tmpfs, the real small /dev/shm, or recorded results), with "unshare refused" forced."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from labutils import shmwatch
+from labutils.shmwatch import LESSON_SAMPLE, MiB, in_flight_rule, plan, sample_for
+
+HAS_SHM = os.path.isdir("/dev/shm")
+
+
+def test_in_flight_rule():
+    assert in_flight_rule(3 * MiB, num_workers=2, prefetch_factor=2) == 18 * MiB
+    assert in_flight_rule(MiB, num_workers=1, prefetch_factor=1) == 3 * MiB
+
+
+def test_peak_meter_keeps_the_highest_value(monkeypatch):
+    values = iter([100, 100, 400, 250, 120] + [110] * 10000)
+    monkeypatch.setattr(shmwatch, "shm_used", lambda path: next(values))
+    with shmwatch.PeakMeter(interval=0.0) as meter:
+        while meter.samples < 6:
+            pass
+    assert meter.baseline == 100
+    assert meter.peak_total == 400 and meter.peak == 300
+
+
+@pytest.mark.skipif(not HAS_SHM, reason="no /dev/shm on this platform")
+def test_peak_meter_sees_a_real_file(no_leaks):
+    path = f"/dev/shm/labutils-test-{uuid.uuid4().hex}"
+    with shmwatch.PeakMeter() as meter:
+        with open(path, "wb") as fh:
+            fh.write(b"x" * (4 * MiB))
+        try:
+            while meter.samples < 20:
+                pass
+        finally:
+            os.unlink(path)
+    assert 4 * MiB <= meter.peak < 8 * MiB
+
+
+@pytest.mark.skipif(not HAS_SHM, reason="no /dev/shm on this platform")
+def test_try_config_one_pass(no_leaks):
+    import torch
+
+    class Values(torch.utils.data.Dataset):
+        def __len__(self):
+            return 12
+
+        def __getitem__(self, i):
+            return torch.full((64, 64), float(i))
+
+    r = shmwatch.try_config(Values(), 3, 1, 2, read=lambda b: b[:, 0, 0].int().tolist(), step_s=0,
+                            multiprocessing_context="fork")
+    assert r["error"] is None and r["seen"] == list(range(12)) and r["batches"] == 4
+    assert r["config"] == [3, 1, 2] and r["start_method"] == "fork" and r["peak"] >= 0
+
+
+def test_try_config_keeps_the_loader_error(no_leaks):
+    class Broken:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            raise RuntimeError("no such sample")
+
+    r = shmwatch.try_config(Broken(), 2, 0, None, step_s=0)
+    assert "no such sample" in r["error"] and r["batches"] == 0
+
+
+def test_sample_for_keeps_the_lesson_numbers():
+    assert sample_for(8 * MiB) == LESSON_SAMPLE
+    for free in (8 * MiB, 63 * MiB, 64 * MiB, 200 * MiB):
+        sample = sample_for(free)
+        assert in_flight_rule(4 * sample, 2, 2) > 2 * free       # the broken batch fails by far
+        assert in_flight_rule(1 * sample, 2, 2) <= 0.6 * free    # one image per batch fits with room
+        assert sample % (3 * 256 * 4) == 0
+
+
+def fake_shm(monkeypatch, total, free):
+    monkeypatch.setattr(shmwatch, "shm_total", lambda path: total)
+    monkeypatch.setattr(shmwatch, "shm_free", lambda path: free)
+
+
+def test_plan_private_where_the_mount_is_allowed(monkeypatch):
+    fake_shm(monkeypatch, 24 * 1024 * MiB, 24 * 1024 * MiB)
+    p = plan((["unshare", "--mount"], None), env={})
+    assert p.mode == "private" and p.runs
+    assert p.isolate_args == "--shm-size 8M" and p.sample_bytes == LESSON_SAMPLE and p.image_width == 256
+
+
+def test_plan_forced_off_with_a_small_real_shm_runs_there(monkeypatch):
+    # Docker's default: no unshare (seccomp), 64 MiB /dev/shm of which a little is in use
+    fake_shm(monkeypatch, 64 * MiB, 60 * MiB)
+    p = plan((["unshare", "--mount"], None), env={shmwatch.ENV_PRIVATE: "off"})
+    assert p.mode == "real" and p.runs and p.isolate_args == ""
+    assert "LABUTILS_PRIVATE_SHM=off" in p.reason and "small" in p.reason
+    assert p.free_bytes == 60 * MiB and p.sample_bytes == sample_for(60 * MiB)
+
+
+def test_plan_refused_with_a_big_real_shm_shows_recorded_results(monkeypatch):
+    fake_shm(monkeypatch, 24 * 1024 * MiB, 24 * 1024 * MiB)
+    p = plan((None, "unshare: Operation not permitted"), env={})
+    assert p.mode == "recorded" and not p.runs and p.isolate_args == ""
+    assert "Operation not permitted" in p.reason and "disturb" in p.reason
+    assert "recorded" in str(p)
+    assert len(shmwatch.RECORDED_8M) >= 4
+
+
+def test_plan_forced_off_on_this_machine():
+    # the notebook's own call, with the switch: never "private", whatever this machine allows
+    p = plan(env={shmwatch.ENV_PRIVATE: "off"})
+    assert p.mode in ("real", "recorded")
+    assert shmwatch.ENV_PRIVATE in p.reason
+
+
+def test_plan_without_dev_shm(monkeypatch):
+    def missing(path):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(shmwatch, "shm_total", missing)
+    p = plan((None, "not Linux"), env={})
+    assert p.mode == "recorded" and "not Linux" in p.reason
