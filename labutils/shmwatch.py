@@ -178,8 +178,15 @@ class ShmPlan:
         return self.mode in ("private", "real")
 
     @property
+    def forced(self) -> bool:
+        """True when ``LABUTILS_PRIVATE_SHM=off`` made this plan (the machine itself may allow the mount)."""
+        return bool(self.facts.get("forced"))
+
+    @property
     def isolate_args(self) -> str:
-        return f"--shm-size {self.shm_bytes // MiB}M" if self.mode == "private" else ""
+        """The ``%%isolate`` option for the lesson's runs: none on the real /dev/shm, else an 8 MiB private
+        one (where the mount is refused, the runner then reports the run ``unsupported``)."""
+        return "" if self.mode == "real" else f"--shm-size {LESSON_SHM // MiB}M"
 
     @property
     def image_width(self) -> int:
@@ -226,6 +233,7 @@ def plan(
     """
     env = os.environ if env is None else env
     forced = env.get(ENV_PRIVATE, "").strip().lower() in ("off", "0", "no", "false")
+    facts: dict = {"forced": forced}
     if forced:
         reason = f"{ENV_PRIVATE}={env.get(ENV_PRIVATE)} (as where unshare is refused)"
     else:
@@ -241,14 +249,92 @@ def plan(
         total, free = shm_total(path), shm_free(path)
     except (OSError, AttributeError):
         return ShmPlan("recorded", f"no private /dev/shm ({reason}) and no {path} here", 0, 0,
-                       LESSON_SAMPLE)
+                       LESSON_SAMPLE, facts={**facts, "refused": reason})
     if total <= small:
         return ShmPlan("real", f"no private /dev/shm ({reason}); {path} is small "
                        f"({format_size(total)} <= {format_size(small)}), as in a container",
-                       total, free, sample_for(free), facts={"refused": reason})
+                       total, free, sample_for(free), facts={**facts, "refused": reason})
     return ShmPlan("recorded", f"no private /dev/shm ({reason}), and {path} is {format_size(total)}: "
                    f"filling it would disturb everything else on this machine", total, free,
-                   LESSON_SAMPLE, facts={"refused": reason})
+                   LESSON_SAMPLE, facts={**facts, "refused": reason})
+
+
+def shm_names(path: str = SHM_PATH) -> set:
+    """Names of PyTorch segments (``torch_*``) and multiprocessing semaphores (``sem.mp-*``) in ``path``."""
+    try:
+        return {n for n in os.listdir(path) if n.startswith(("torch_", "sem.mp-"))}
+    except OSError:
+        return set()
+
+
+def _mapped_inodes(path: str) -> set:
+    inodes = set()
+    prefix = path.rstrip("/") + "/"
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    fields = line.split()
+                    if prefix in line and len(fields) >= 5 and fields[4].isdigit():
+                        inodes.add(int(fields[4]))
+        except OSError:
+            continue
+    return inodes
+
+
+def leaked_shm(before: set, path: str = SHM_PATH) -> set:
+    """Files of :func:`shm_names` that appeared since ``before`` and that nobody uses any more.
+
+    On a shared machine other people's runs come and go in /dev/shm, so a new name alone is no leak: a
+    ``torch_<pid>_*`` segment whose creator is alive, or a semaphore some live process still maps (by
+    inode; glibc maps it under a temporary name), belongs to a run that is still going.
+    """
+    new = shm_names(path) - set(before)
+    if not new:
+        return set()
+    mapped = _mapped_inodes(path)
+    leaked = set()
+    for name in new:
+        try:
+            inode = os.stat(os.path.join(path, name)).st_ino
+        except OSError:
+            continue  # gone already
+        if inode in mapped:
+            continue
+        if name.startswith("torch_"):
+            pid = name.split("_")[1]
+            if pid.isdigit() and _pid_alive(int(pid)):
+                continue
+        leaked.add(name)
+    return leaked
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def refuse_private_mounts(plan_: ShmPlan) -> bool:
+    """Make this process's isolated runs refuse a private /dev/shm, as :func:`plan` was told to
+    (``LABUTILS_PRIVATE_SHM=off``); return True if it did. Does nothing for a plan that was not forced.
+
+    The runner caches its answer to "can a run get a private /dev/shm?" per process; this sets that answer
+    to "no", with the plan's reason, so every ``shm_size=`` run then reports ``unsupported``, exactly as
+    where ``unshare`` is refused.
+    """
+    if not plan_.forced:
+        return False
+    from . import isolate
+
+    isolate._shm_support = (None, plan_.reason)
+    return True
 
 
 #: What notebook 05 measured in a private 8 MiB /dev/shm (Linux, torch 2.13, 2 cores), shown where the

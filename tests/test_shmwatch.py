@@ -105,7 +105,8 @@ def test_plan_forced_off_with_a_small_real_shm_runs_there(monkeypatch):
 def test_plan_refused_with_a_big_real_shm_shows_recorded_results(monkeypatch):
     fake_shm(monkeypatch, 24 * 1024 * MiB, 24 * 1024 * MiB)
     p = plan((None, "unshare: Operation not permitted"), env={})
-    assert p.mode == "recorded" and not p.runs and p.isolate_args == ""
+    assert p.mode == "recorded" and not p.runs and not p.forced
+    assert p.isolate_args == "--shm-size 8M"  # the runner, refused, reports every such run unsupported
     assert "Operation not permitted" in p.reason and "disturb" in p.reason
     assert "recorded" in str(p)
     assert len(shmwatch.RECORDED_8M) >= 4
@@ -114,8 +115,19 @@ def test_plan_refused_with_a_big_real_shm_shows_recorded_results(monkeypatch):
 def test_plan_forced_off_on_this_machine():
     # the notebook's own call, with the switch: never "private", whatever this machine allows
     p = plan(env={shmwatch.ENV_PRIVATE: "off"})
-    assert p.mode in ("real", "recorded")
+    assert p.mode in ("real", "recorded") and p.forced
     assert shmwatch.ENV_PRIVATE in p.reason
+
+
+def test_refuse_private_mounts_makes_shm_runs_unsupported(monkeypatch):
+    from labutils import isolate
+
+    monkeypatch.setattr(isolate, "_shm_support", None)  # restored after the test
+    assert not shmwatch.refuse_private_mounts(plan((None, "refused"), env={}))
+    p = plan(env={shmwatch.ENV_PRIVATE: "off"})
+    assert shmwatch.refuse_private_mounts(p)
+    r = isolate.run_isolated("print('never runs')", shm_size="8M", timeout=30)
+    assert r.outcome == "unsupported" and shmwatch.ENV_PRIVATE in r.reason and r.stdout == ""
 
 
 def test_plan_without_dev_shm(monkeypatch):
@@ -125,3 +137,23 @@ def test_plan_without_dev_shm(monkeypatch):
     monkeypatch.setattr(shmwatch, "shm_total", missing)
     p = plan((None, "not Linux"), env={})
     assert p.mode == "recorded" and "not Linux" in p.reason
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_leaked_shm_tells_a_leak_from_a_live_file(tmp_path):
+    import mmap
+
+    before = shmwatch.shm_names(str(tmp_path))
+    dead = tmp_path / "torch_999999999_1_0"         # no such pid: its creator is gone
+    dead.write_bytes(b"x" * 4096)
+    alive = tmp_path / f"torch_{os.getpid()}_1_0"   # this process is alive
+    alive.write_bytes(b"x" * 4096)
+    orphan_sem = tmp_path / "sem.mp-orphan"
+    orphan_sem.write_bytes(b"x" * 32)
+    used_sem = tmp_path / "sem.mp-used"
+    used_sem.write_bytes(b"x" * 4096)
+    other = tmp_path / "unrelated"
+    other.write_bytes(b"x")
+    with open(used_sem, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):  # mapped by a live process
+        assert shmwatch.leaked_shm(before, str(tmp_path)) == {"torch_999999999_1_0", "sem.mp-orphan"}
+    assert shmwatch.leaked_shm(shmwatch.shm_names(str(tmp_path)), str(tmp_path)) == set()
