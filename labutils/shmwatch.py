@@ -160,6 +160,7 @@ class ShmPlan:
 
     ``mode``: ``private`` (a private tmpfs of ``shm_size`` bytes per run), ``real`` (this machine's own small
     /dev/shm, ``free_bytes`` free when measured) or ``recorded`` (neither: show recorded results).
+    For ``recorded``, ``free_bytes`` is the recorded runs' 8 MiB (nothing runs here).
     ``sample_bytes`` is the size of one image, chosen so that the lesson's numbers keep their meaning:
     4 images per batch overflow the space, 1 image per batch fits. ``isolate_args`` is the ``%%isolate``
     option that gives a run this /dev/shm (empty for ``real``).
@@ -254,9 +255,10 @@ def plan(
         return ShmPlan("real", f"no private /dev/shm ({reason}); {path} is small "
                        f"({format_size(total)} <= {format_size(small)}), as in a container",
                        total, free, sample_for(free), facts={**facts, "refused": reason})
+    # nothing runs: the lesson's numbers are those of the recorded 8 MiB runs
     return ShmPlan("recorded", f"no private /dev/shm ({reason}), and {path} is {format_size(total)}: "
-                   f"filling it would disturb everything else on this machine", total, free,
-                   LESSON_SAMPLE, facts={**facts, "refused": reason})
+                   f"filling it would disturb everything else on this machine", total, LESSON_SHM,
+                   LESSON_SAMPLE, facts={**facts, "refused": reason, "measured_free": free})
 
 
 def shm_names(path: str = SHM_PATH) -> set:

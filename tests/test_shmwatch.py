@@ -106,6 +106,7 @@ def test_plan_refused_with_a_big_real_shm_shows_recorded_results(monkeypatch):
     fake_shm(monkeypatch, 24 * 1024 * MiB, 24 * 1024 * MiB)
     p = plan((None, "unshare: Operation not permitted"), env={})
     assert p.mode == "recorded" and not p.runs and not p.forced
+    assert p.free_bytes == 8 * MiB and p.facts["measured_free"] == 24 * 1024 * MiB  # the recorded runs' size
     assert p.isolate_args == "--shm-size 8M"  # the runner, refused, reports every such run unsupported
     assert "Operation not permitted" in p.reason and "disturb" in p.reason
     assert "recorded" in str(p)
