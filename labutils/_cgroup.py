@@ -147,8 +147,10 @@ class RunCgroup:
             peak = _read(os.path.join(self.directory, "memory.max_usage_in_bytes"))
             if failcnt is None:
                 return self.last_record
+            memsw = _read(os.path.join(self.directory, "memory.memsw.failcnt"))
             record = {"source": "memory.oom_control, memory.failcnt", "oom_kill": oom.get("oom_kill", 0),
                       "under_oom": oom.get("under_oom"), "failcnt": int(failcnt),
+                      "memsw_failcnt": int(memsw) if memsw and memsw.strip().isdigit() else None,
                       "max_usage": int(peak) if peak and peak.strip().isdigit() else None}
         else:
             events = _read(os.path.join(self.directory, "memory.events"))

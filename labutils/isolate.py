@@ -306,6 +306,8 @@ class _Monitor(threading.Thread):
         self._flush_pending()
         now = round(time.monotonic() - self.t0, 3)
         wall = time.time()
+        if self.cgroup is not None and self.cgroup.directory is None:
+            self.cgroup.locate(self.pid)  # a systemd scope: its directory once systemd-run has moved us in
         if self.cgroup is not None:
             count = self.cgroup.oom_kills()
             if count is not None:
@@ -845,8 +847,6 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
                        "watchdog" else None, detail, cgroup=cgroup, stall=stall, on_sample=on_sample,
                        on_event=on_event, wake=lambda: os.write(wake_w, b"x"))
     monitor.start()
-    if cgroup is not None and cgroup.kind == "systemd":
-        cgroup.locate(proc.pid)
     how = "exited"
     stacks: dict = {}
     try:

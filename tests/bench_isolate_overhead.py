@@ -3,9 +3,11 @@
     python tests/bench_isolate_overhead.py [--repeat 5]
 
 Runs the two side by side (alternating, so machine load hits both alike) and prints the median wall time
-of each and their ratio. Target (DESIGN.md): ratio <= 1.15. Not collected by pytest: a benchmark, not a
-test. The bare timing covers the whole ``python script.py`` process; the isolated timing covers the
-whole ``run_isolated`` call as the notebook sees it (start, watch, clean-up, reading the evidence).
+of each and their ratio. DESIGN.md's target, 0.3x, needs a warm launcher (a pre-imported template that
+forks per run); the runner has none yet, so this measures the cold path, whose floor is about 1.0x (one
+torch import, like the bare run). Not collected by pytest: a benchmark, not a test. The bare timing
+covers the whole ``python script.py`` process; the isolated timing covers the whole ``run_isolated`` call
+as the notebook sees it (start, watch, clean-up, reading the evidence).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def main() -> int:
     b, i = statistics.median(bare), statistics.median(isolated)
     print(f"bare python script.py : median {b:.3f} s  {[round(x, 3) for x in bare]}")
     print(f"run_isolated(file=...) : median {i:.3f} s  {[round(x, 3) for x in isolated]}")
-    print(f"ratio isolated / bare  : {i / b:.3f}  (target <= 1.15)")
+    print(f"ratio isolated / bare  : {i / b:.3f}  (cold path; DESIGN.md's 0.3x needs a warm launcher)")
     return 0
 
 

@@ -12,7 +12,8 @@ worker and a timed-out hang. Meanwhile, unless ``--no-neighbours``:
 * a **second lab** (another process) does healthy spawn runs with ``labutils.run_isolated``; each must be ok.
 
 At the end: stray processes (labutils.find_strays), /dev/shm/torch_* and sem.mp-* files of the first lab's
-runs that remain, new labutils-run-* temp directories, and the neighbours' reports. Not collected by
+runs that remain, its labutils-run-* directories left (in a temp folder of its own), and the neighbours'
+reports. Not collected by
 pytest (it takes minutes); tests/test_runner_shared.py runs a short version.
 """
 
@@ -219,8 +220,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--no-neighbours", action="store_true", help="the first lab alone")
     args = parser.parse_args()
-    tmp_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "labutils-run-*")))
     workdir = tempfile.mkdtemp(prefix="soak-neighbours-")
+    # The first lab's run directories go to a folder of its own: other labs on the machine have theirs
+    # in /tmp at the same time, so a global before/after count would count their runs in flight.
+    tempfile.tempdir = tempfile.mkdtemp(prefix="soak-runs-")
     neighbours = []
     if not args.no_neighbours:
         neighbours = [Neighbour("bystander", BYSTANDER, workdir), Neighbour("second_lab", SECOND_LAB, workdir)]
@@ -234,7 +237,9 @@ def main() -> int:
     took = time.monotonic() - t0
     strays = labutils.find_strays()
     shm_left = left_by(results)
-    tmp_left = sorted(set(glob.glob(os.path.join(tempfile.gettempdir(), "labutils-run-*"))) - tmp_before)
+    tmp_left = sorted(glob.glob(os.path.join(tempfile.gettempdir(), "labutils-run-*")))
+    if not tmp_left:
+        os.rmdir(tempfile.gettempdir())
     print(f"{args.runs} crash runs in {took:.0f} s: " + ", ".join(f"{k} x{len(v)}" for k, v in outcomes.items()))
     print(f"stray processes: {len(strays)}  files of the runs left in /dev/shm: {len(shm_left)}  "
           f"temp dirs left: {len(tmp_left)}")

@@ -48,3 +48,11 @@ def test_bad_options_raise_a_usage_error(shell, line, words):
 
     with pytest.raises(UsageError, match=words):
         shell.run_cell_magic("isolate", line, "pass\n")
+
+
+def test_isolate_can_force_the_watchdog(shell):
+    hog = "blocks = []\nwhile True:\n    blocks.append(bytearray(20 * 2**20))\n"
+    shell.run_cell_magic("isolate", "-o hog -q --memory-budget 200M --memory-enforcement watchdog", hog)
+    hog_result = shell.user_ns["hog"]
+    assert hog_result.signal == 9 and hog_result.memory_limit["enforced_by"] == "watchdog"
+    assert hog_result.watchdog_kills

@@ -132,3 +132,25 @@ def test_no_run_cgroup_is_left_under_the_labs_own():
     if r.memory_limit["enforced_by"] == "kernel":
         assert os.path.dirname(r.memory_limit["kernel_record"]["cgroup"]) == own
     assert glob.glob(os.path.join(own, f"labutils-run-{os.getpid()}-*")) == []
+
+
+def test_cgroup_path_inside_a_cgroup_namespace_is_joined_to_its_mount():
+    # /proc/self/cgroup names the path from the namespace's root; mountinfo says where that root is mounted
+    mount = {"root": "/process_api/abc", "mount": "/sys/fs/cgroup/memory", "fstype": "cgroup", "options": "rw,memory"}
+    assert _cgroup._join(mount, "/process_api/abc/lab") == "/sys/fs/cgroup/memory/lab"
+    assert _cgroup._join({**mount, "root": "/"}, "/process_api/abc") == "/sys/fs/cgroup/memory/process_api/abc"
+
+
+def test_kernel_record_names_the_killed_pid_from_the_kernel_log():
+    class Group:
+        directory = "/sys/fs/cgroup/memory/lab/labutils-run-1-x"
+
+    class Mon:
+        kernel_oom_pids: list = []
+
+    lines = ["oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lab/labutils-run-1-x,task=pt_data_worker,pid=42,uid=0",
+             "Memory cgroup out of memory: Killed process 42 (pt_data_worker) total-vm:1kB",
+             "Memory cgroup out of memory: Killed process 77 (other) total-vm:1kB"]
+    rec = isolate._kernel_record({"oom_kill": 1}, lines, Group(), {41: 1, 42: 2}, Mon(), {42: None}, 1, 41, "exited")
+    assert rec["killed_pids"] == [42] and rec["killed_pids_from"] == "dmesg" and not rec["main_killed"]
+    assert len(rec["dmesg"]) == 2  # the other group's kill is not this run's
