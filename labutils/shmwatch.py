@@ -160,10 +160,7 @@ class ShmPlan:
 
     ``mode``: ``private`` (a private tmpfs of ``shm_size`` bytes per run), ``real`` (this machine's own small
     /dev/shm, ``free_bytes`` free when measured) or ``recorded`` (neither: show recorded results).
-<<<<<<< HEAD
     For ``recorded``, ``free_bytes`` is the recorded runs' 8 MiB (nothing runs here).
-=======
->>>>>>> 05d7248 (labutils.shmwatch (the /dev/shm meter, one measured loader pass, notebook 05's private/real/recorded plan) and labutils.fds (open fds, also at the limit), with tests)
     ``sample_bytes`` is the size of one image, chosen so that the lesson's numbers keep their meaning:
     4 images per batch overflow the space, 1 image per batch fits. ``isolate_args`` is the ``%%isolate``
     option that gives a run this /dev/shm (empty for ``real``).
@@ -182,7 +179,6 @@ class ShmPlan:
         return self.mode in ("private", "real")
 
     @property
-<<<<<<< HEAD
     def forced(self) -> bool:
         """True when ``LABUTILS_PRIVATE_SHM=off`` made this plan (the machine itself may allow the mount)."""
         return bool(self.facts.get("forced"))
@@ -192,10 +188,6 @@ class ShmPlan:
         """The ``%%isolate`` option for the lesson's runs: none on the real /dev/shm, else an 8 MiB private
         one (where the mount is refused, the runner then reports the run ``unsupported``)."""
         return "" if self.mode == "real" else f"--shm-size {LESSON_SHM // MiB}M"
-=======
-    def isolate_args(self) -> str:
-        return f"--shm-size {self.shm_bytes // MiB}M" if self.mode == "private" else ""
->>>>>>> 05d7248 (labutils.shmwatch (the /dev/shm meter, one measured loader pass, notebook 05's private/real/recorded plan) and labutils.fds (open fds, also at the limit), with tests)
 
     @property
     def image_width(self) -> int:
@@ -242,10 +234,7 @@ def plan(
     """
     env = os.environ if env is None else env
     forced = env.get(ENV_PRIVATE, "").strip().lower() in ("off", "0", "no", "false")
-<<<<<<< HEAD
     facts: dict = {"forced": forced}
-=======
->>>>>>> 05d7248 (labutils.shmwatch (the /dev/shm meter, one measured loader pass, notebook 05's private/real/recorded plan) and labutils.fds (open fds, also at the limit), with tests)
     if forced:
         reason = f"{ENV_PRIVATE}={env.get(ENV_PRIVATE)} (as where unshare is refused)"
     else:
@@ -261,7 +250,6 @@ def plan(
         total, free = shm_total(path), shm_free(path)
     except (OSError, AttributeError):
         return ShmPlan("recorded", f"no private /dev/shm ({reason}) and no {path} here", 0, 0,
-<<<<<<< HEAD
                        LESSON_SAMPLE, facts={**facts, "refused": reason})
     if total <= small:
         return ShmPlan("real", f"no private /dev/shm ({reason}); {path} is small "
@@ -349,16 +337,6 @@ def refuse_private_mounts(plan_: ShmPlan) -> bool:
 
     isolate._shm_support = (None, plan_.reason)
     return True
-=======
-                       LESSON_SAMPLE)
-    if total <= small:
-        return ShmPlan("real", f"no private /dev/shm ({reason}); {path} is small "
-                       f"({format_size(total)} <= {format_size(small)}), as in a container",
-                       total, free, sample_for(free), facts={"refused": reason})
-    return ShmPlan("recorded", f"no private /dev/shm ({reason}), and {path} is {format_size(total)}: "
-                   f"filling it would disturb everything else on this machine", total, free,
-                   LESSON_SAMPLE, facts={"refused": reason})
->>>>>>> 05d7248 (labutils.shmwatch (the /dev/shm meter, one measured loader pass, notebook 05's private/real/recorded plan) and labutils.fds (open fds, also at the limit), with tests)
 
 
 #: What notebook 05 measured in a private 8 MiB /dev/shm (Linux, torch 2.13, 2 cores), shown where the

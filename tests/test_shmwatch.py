@@ -105,13 +105,9 @@ def test_plan_forced_off_with_a_small_real_shm_runs_there(monkeypatch):
 def test_plan_refused_with_a_big_real_shm_shows_recorded_results(monkeypatch):
     fake_shm(monkeypatch, 24 * 1024 * MiB, 24 * 1024 * MiB)
     p = plan((None, "unshare: Operation not permitted"), env={})
-<<<<<<< HEAD
     assert p.mode == "recorded" and not p.runs and not p.forced
     assert p.free_bytes == 8 * MiB and p.facts["measured_free"] == 24 * 1024 * MiB  # the recorded runs' size
     assert p.isolate_args == "--shm-size 8M"  # the runner, refused, reports every such run unsupported
-=======
-    assert p.mode == "recorded" and not p.runs and p.isolate_args == ""
->>>>>>> 05d7248 (labutils.shmwatch (the /dev/shm meter, one measured loader pass, notebook 05's private/real/recorded plan) and labutils.fds (open fds, also at the limit), with tests)
     assert "Operation not permitted" in p.reason and "disturb" in p.reason
     assert "recorded" in str(p)
     assert len(shmwatch.RECORDED_8M) >= 4
@@ -120,7 +116,6 @@ def test_plan_refused_with_a_big_real_shm_shows_recorded_results(monkeypatch):
 def test_plan_forced_off_on_this_machine():
     # the notebook's own call, with the switch: never "private", whatever this machine allows
     p = plan(env={shmwatch.ENV_PRIVATE: "off"})
-<<<<<<< HEAD
     assert p.mode in ("real", "recorded") and p.forced
     assert shmwatch.ENV_PRIVATE in p.reason
 
@@ -136,12 +131,6 @@ def test_refuse_private_mounts_makes_shm_runs_unsupported(monkeypatch):
     assert r.outcome == "unsupported" and shmwatch.ENV_PRIVATE in r.reason and r.stdout == ""
 
 
-=======
-    assert p.mode in ("real", "recorded")
-    assert shmwatch.ENV_PRIVATE in p.reason
-
-
->>>>>>> 05d7248 (labutils.shmwatch (the /dev/shm meter, one measured loader pass, notebook 05's private/real/recorded plan) and labutils.fds (open fds, also at the limit), with tests)
 def test_plan_without_dev_shm(monkeypatch):
     def missing(path):
         raise FileNotFoundError(path)
@@ -149,7 +138,6 @@ def test_plan_without_dev_shm(monkeypatch):
     monkeypatch.setattr(shmwatch, "shm_total", missing)
     p = plan((None, "not Linux"), env={})
     assert p.mode == "recorded" and "not Linux" in p.reason
-<<<<<<< HEAD
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
@@ -170,5 +158,3 @@ def test_leaked_shm_tells_a_leak_from_a_live_file(tmp_path):
     with open(used_sem, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):  # mapped by a live process
         assert shmwatch.leaked_shm(before, str(tmp_path)) == {"torch_999999999_1_0", "sem.mp-orphan"}
     assert shmwatch.leaked_shm(shmwatch.shm_names(str(tmp_path)), str(tmp_path)) == set()
-=======
->>>>>>> 05d7248 (labutils.shmwatch (the /dev/shm meter, one measured loader pass, notebook 05's private/real/recorded plan) and labutils.fds (open fds, also at the limit), with tests)
