@@ -162,12 +162,8 @@ def _check_script(script: str) -> str:
         return _check_notebook(script, data)
     if b"\x00" in data[:8192]:
         raise UsageError(f"{script}: not a Python script (binary file)")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{script}: not a Python script (not UTF-8 text)") from None
-    try:
-        compile(text, script, "exec", dont_inherit=True)
+    try:  # the bytes, as Python reads a script: a UTF-8 BOM or a coding cookie decides the encoding
+        compile(data, script, "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise UsageError(f"{script}: not a Python script (syntax error at line {exc.lineno}: {exc.msg})") \
             from None
@@ -289,7 +285,8 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             result = run_isolated(file=args.script, argv=args.args, sample_interval=interval, **kw)
     except IsolationError as exc:
-        print(f"labutils diagnose: {exc}", file=sys.stderr)
+        flag = "--" + exc.argument.replace("_", "-") if getattr(exc, "argument", None) else None
+        print(f"labutils diagnose: {exc.for_option(flag) if flag else exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("labutils diagnose: interrupted; the run was stopped", file=sys.stderr)

@@ -47,3 +47,23 @@ def test_the_rest_of_the_line_reaches_the_command_untouched(capsys):
 def test_diagnose_stall_option_is_checked():
     done = labutils("diagnose", "--stall", "soon", "x.py")
     assert done.returncode == 2 and "--stall" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("raw, printed", [
+    (b'\xef\xbb\xbfprint("bom ok")\n', "bom ok"),  # a UTF-8 BOM, as Windows editors write
+    (b'# -*- coding: latin-1 -*-\nprint("caf\xe9")\n', "caf\u00e9"),  # a coding cookie, not UTF-8 bytes
+])
+def test_scripts_are_read_the_way_python_reads_them(tmp_path, raw, printed):
+    script = tmp_path / "encoded.py"
+    script.write_bytes(raw)
+    done = labutils("diagnose", str(script))
+    assert done.returncode == 0, done.stderr
+    assert printed in done.stdout or printed in done.stderr
+
+
+def test_a_bad_limit_names_the_flag_as_typed(tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("print('hi')\n")
+    done = labutils("diagnose", "--shm-size", "0", str(script))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("labutils diagnose: --shm-size 0:"), done.stderr

@@ -65,4 +65,4 @@ def test_run_options_as_cli_args():
     opts = RunOptions(timeout=30, memory_budget="400M", nofile=128, start_method="spawn", notebook_main=True)
     assert opts.cli_args() == ["--timeout", "30", "--memory-budget", "400M", "--nofile", "128",
                                "--start-method", "spawn", "--stdin-main"]
-    assert get_scenario("oom_killed").broken_options.memory_budget == "400M"
+    assert get_scenario("oom_killed").broken_options.memory_budget == "800M"
