@@ -471,14 +471,17 @@ def _facts_from_exception(exc: BaseException) -> _Facts:
 def _through_loader(e: _Exc) -> Optional[bool]:
     """Did this exception come out of the DataLoader (its iterator, its worker start, a re-raise)?
 
-    True for what the bootstrap caught escaping ``iter()``/``next()`` and for any traceback with a frame
-    of torch.utils.data; False for a traceback without one; None when there is no traceback at all (an
+    True for what the bootstrap caught escaping ``iter()``/``next()``, for any traceback with a frame
+    of torch.utils.data, and for one through torch's tensor sharing (``torch.multiprocessing.reductions``,
+    how a worker's batch reaches the main process); False for a traceback without one; None when there is no traceback at all (an
     exception built by hand: only its message is left to judge).
     """
     if e.origin in ("next", "init"):
         return True
     if not e.frames:
         return None
+    if any(f[0].replace("\\", "/").endswith("torch/multiprocessing/reductions.py") for f in e.frames):
+        return True  # torch's tensor sharing between processes: the IPC every DataLoader batch goes through
     return "loader" in e.kinds or worker_death_kind(e) == "race"
 
 
