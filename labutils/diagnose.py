@@ -473,8 +473,8 @@ def _through_loader(e: _Exc) -> Optional[bool]:
 
     True for what the bootstrap caught escaping ``iter()``/``next()``, for any traceback with a frame
     of torch.utils.data, and for one through torch's tensor sharing (``torch.multiprocessing.reductions``,
-    how a worker's batch reaches the main process); False for a traceback without one; None when there is no traceback at all (an
-    exception built by hand: only its message is left to judge).
+    how a worker's batch reaches the main process); False for a traceback without one; None when there
+    is no traceback at all (an exception built by hand: only its message is left to judge).
     """
     if e.origin in ("next", "init"):
         return True
