@@ -606,6 +606,9 @@ def _tracebacks(text: str) -> list:
                     ("File ", "Traceback")):
                 last_lines.append(lines[k].strip())
                 k += 1
+            if not body and j < len(lines) and lines[j].strip().startswith("Traceback (most recent call last):"):
+                i = j  # two processes printed at once: their lines interleave; the next header starts the body
+                continue
             out.append(("\n".join(body), " ".join(x for x in last_lines if x)))
             i = j + 1
         else:

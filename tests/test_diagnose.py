@@ -127,6 +127,20 @@ def test_main_not_importable():
     assert d.cause == "main_not_importable"
 
 
+def test_main_not_importable_when_two_workers_print_at_once():
+    """Two spawned workers fail together and their line-buffered stderr interleaves line by line."""
+    one = ["Traceback (most recent call last):",
+           '  File "<string>", line 1, in <module>',
+           '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 132, in _main',
+           "    self = reduction.pickle.load(from_parent)",
+           "AttributeError: Can't get attribute 'Shapes' on <module '__main__' (built-in)>"]
+    stderr = "".join(f"{line}\n{line}\n" for line in one)
+    d = explain(result(exceptions=died(101, "DataLoader worker (pid 101) exited unexpectedly with exit code 1. "
+                                            "Details are lost due to multiprocessing."),
+                       workers=workers(1, 1), stderr=stderr))
+    assert d.cause == "main_not_importable", d.evidence
+
+
 SPAWN_CHILD_TB = ("Traceback (most recent call last):\n"
                   '  File "<string>", line 1, in <module>\n'
                   '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 122, in spawn_main\n'
