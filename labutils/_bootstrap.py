@@ -230,6 +230,9 @@ def _watch_dataloader() -> None:
             spec.loader.exec_module = exec_module
             return spec
 
+    if target in sys.modules:  # imported already (a run started by the warm template): patch it now
+        patch(sys.modules[target])
+        return
     sys.meta_path.insert(0, Finder())
 
 
@@ -356,5 +359,29 @@ def main() -> int:
     return code
 
 
+def exit_now(code: int) -> None:
+    """Exit as the interpreter would, less its final teardown: wait for non-daemon threads, run the atexit
+    handlers (multiprocessing's joins its children and stops daemonic ones), flush stdio, then ``_exit``.
+
+    Freeing every module of a process that imported torch takes 0.7-0.9 s here and shows nothing a learner
+    could see: the script's objects were collected above (their ``__del__`` ran), and the exit code is the same.
+    """
+    import atexit
+    import threading
+
+    try:
+        shutdown = getattr(threading, "_shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001, S110 - a closed stream: nothing left to write
+                pass
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -4,6 +4,7 @@ A process is the run's when the lab started it (the main process, a child of the
 until the end) or when it is verified, at the moment the runner holds a handle on it, to
 
 * descend from the main process (its parent chain in ``/proc`` reaches the un-reaped main process), or
+* belong to the main process's session (the main process starts one; an orphan keeps it), or
 * carry this run's unique ``LABUTILS_RUN_DIR`` in the environment it was started with, or
 * sit in the run's own cgroup.
 
@@ -92,6 +93,15 @@ class RunProcesses:
         except OSError:
             return False
 
+    def _in_session(self, pid: int) -> bool:
+        """In the main process's session: it started one (setsid) and is not reaped, so its pid is the session's
+        id and nobody else's; an orphaned worker keeps it after its parent is gone."""
+        fields = stat_fields(pid)
+        try:
+            return bool(fields) and int(fields[3]) == self.leader
+        except (IndexError, ValueError):
+            return False
+
     def _descends(self, pid: int) -> bool:
         seen = 0
         while pid > 1 and seen < 64:
@@ -123,7 +133,7 @@ class RunProcesses:
             # The pidfd is open: while the process it holds is alive, ``pid`` means that process.
             ok = start_ticks(pid) == now_ticks and not self._exited_fd(pidfd)
             if ok and pid != self.leader:
-                ok = self._descends(pid) or self._environ_marked(pid) or bool(
+                ok = self._descends(pid) or self._in_session(pid) or self._environ_marked(pid) or bool(
                     self.cgroup is not None and self.cgroup.contains(pid))
             if not ok:
                 if pidfd is not None:
@@ -154,7 +164,8 @@ class RunProcesses:
         for entry in entries:
             if entry.isdigit():
                 pid = int(entry)
-                if pid not in self.known and (pid in candidates or self._environ_marked(pid)):
+                if pid not in self.known and (pid in candidates or self._in_session(pid)
+                                              or self._environ_marked(pid)):
                     candidates.add(pid)
         for pid in candidates:
             self.adopt(pid, why="carries the run's marker" if pid not in self.known else "")

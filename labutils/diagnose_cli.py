@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stdin-main", action="store_true",
                    help="run the script as if pasted into a notebook / python - (its __main__ has no file, so "
                         "spawn/forkserver workers cannot import classes defined in it)")
+    p.add_argument("--launcher", choices=("cold", "auto", "warm"), default=None,
+                   help="cold (default for one command: a fresh interpreter, as `python SCRIPT`), or auto/warm: "
+                        "start from the lab's warm template (worth it only for many runs in one process; "
+                        "LABUTILS_LAUNCHER sets the default)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (cause, summary, evidence, fixes, outcome, exit, workers, "
                         "memory_limit, ...) instead of the report")
@@ -144,6 +148,8 @@ def _limits(args: argparse.Namespace) -> dict:
             kw[name] = value
     if args.stdin_main:
         kw["notebook_main"] = True
+    # one run per command: a warm template would cost this process the same torch import it saves the run
+    kw["launcher"] = args.launcher or os.environ.get("LABUTILS_LAUNCHER") or "cold"
     return kw
 
 
@@ -217,6 +223,7 @@ def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
         "watchdog_kills": result.watchdog_kills,
         "memory_limit": getattr(result, "memory_limit", None),
         "stall": getattr(result, "stall", None),
+        "launcher": getattr(result, "launcher", None),
         "wall_time": round(result.wall_time, 3),
         "script": script, "args": list(script_args), "options": result.options,
         "stdout": result.stdout, "stderr": result.stderr,

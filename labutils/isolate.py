@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from . import _cgroup, _procs
+from . import _cgroup, _procs, _warm
 from . import startmethod as _startmethod
 from ._sizes import format_size, parse_size
 from .result import ExceptionInfo, ProcessInfo, RunResult
@@ -519,18 +519,32 @@ def _remove_files(names: Sequence[str]) -> tuple:
 def find_strays() -> list:
     """Pids of processes left over from finished isolated runs (their run directory is gone).
 
-    Every process of a run, workers included, carries ``LABUTILS_RUN_DIR`` in its environment; the
+    Every process of a cold run, workers included, carries ``LABUTILS_RUN_DIR`` in its environment; the
     directory is deleted when the run is over, so a live process that still names a missing directory
-    has outlived its run. Expected result: ``[]``.
+    has outlived its run. A warm run's processes are found by the session of its main process. Expected
+    result: ``[]``.
     """
     psutil = _psutil()
     strays = []
+    sessions = {}
+    for sid, ticks, ended in _warm.finished_sessions:
+        sessions.setdefault(sid, []).append((ticks, ended))
     for proc in psutil.process_iter(["pid"]):
         try:
             run_dir = proc.environ().get("LABUTILS_RUN_DIR")
             if run_dir and not os.path.isdir(run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
                 strays.append(proc.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            elif sessions:
+                # a warm run's processes were forked, not executed: their /proc environ is the template's.
+                # They are known by the session of the run's main process, and by having started while it ran.
+                fields = _procs.stat_fields(proc.pid)
+                if not fields or int(fields[3]) not in sessions or fields[0] == b"Z":
+                    continue
+                wall = _procs.start_wall(int(fields[19]))
+                if any(ticks is not None and _procs.start_wall(ticks) - 0.02 <= wall <= ended
+                       for ticks, ended in sessions[int(fields[3])]):
+                    strays.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError, ValueError, IndexError):
             continue
     return strays
 
@@ -631,6 +645,7 @@ def run_isolated(
     stall: Optional[float] = None,
     on_sample: Optional[Callable[[dict], Any]] = None,
     on_event: Optional[Callable[[dict], Any]] = None,
+    launcher: Optional[str] = None,
 ) -> RunResult:
     """Run learner code in a fresh Python process and return what happened as a :class:`RunResult`.
 
@@ -658,6 +673,11 @@ def run_isolated(
       variables;
     * ``notebook_main``: run ``code`` (or the file's text) in a ``__main__`` without ``__file__``, as in a
       notebook or ``python -c``: spawn/forkserver children cannot import classes defined there.
+
+    ``launcher``: ``"auto"`` (default, or ``LABUTILS_LAUNCHER``) starts the run from a warm template that
+    has imported torch already (``labutils._warm``) where that is the same as a fresh process, else cold;
+    ``"cold"`` always starts a fresh interpreter; ``"warm"`` refuses runs that cannot start warm.
+    ``result.launcher`` says which was used and why a run started cold.
 
     ``memory_detail=True`` also samples USS/PSS of every process each ``sample_interval`` seconds into
     ``result.samples`` (costlier; for the memory lessons). For a live view, ``on_sample(dict)`` is called
@@ -705,12 +725,13 @@ def run_isolated(
 
     try:
         lab_default = _startmethod.requested()
+        launcher = _warm.launcher_setting(launcher)
     except ValueError as exc:
         raise IsolationError(str(exc)) from None
     options = {"start_method": start_method, "lab_default_start_method": lab_default,
                "timeout": timeout, "memory_budget": budget, "shm_size": shm,
                "nofile": nofile, "notebook_main": notebook_main, "env": dict(env or {}),
-               "memory_enforcement": enforcement, "stall": stall}
+               "memory_enforcement": enforcement, "stall": stall, "launcher": launcher}
 
     prefix: list = []
     if shm is not None:
@@ -833,11 +854,28 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
     kmsg = _cgroup.kernel_log_reader() if cgroup is not None else None
     wake_r, wake_w = os.pipe()
     t0 = time.monotonic()
+    setting = options.get("launcher", "auto")
+    why_cold = _warm.refusal(setting, env=env, prefix=[*prefix, *(cgroup.prefix if cgroup is not None and
+                             cgroup.prefix else [])], budget=budget, detail=detail, python=python)
+    if setting == "warm" and why_cold is not None:
+        raise IsolationError(f"launcher='warm' is not possible for this run: {why_cold}; use 'auto'")
+    proc = None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=child_env,
-                                cwd=os.fspath(cwd) if cwd else None, start_new_session=True)
+        if why_cold is None:
+            try:
+                proc = _warm.spawn(child_env, run_dir, os.fspath(cwd) if cwd else None, out, err)
+            except OSError as exc:
+                if setting == "warm":
+                    raise IsolationError(f"the warm launcher failed: {exc}; use launcher='auto'") from None
+                why_cold = f"the warm template failed ({exc}), so this run started cold"
+        if proc is None:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=child_env,
+                                    cwd=os.fspath(cwd) if cwd else None, start_new_session=True)
+    launcher = {"kind": "cold" if why_cold else "warm", "why_cold": why_cold}
     pidfd = None
-    if _procs._HAS_PIDFD:
+    if isinstance(proc, _warm.WarmProcess):
+        pidfd = proc.pidfd  # from the template, which reaps the process only when told to
+    elif _procs._HAS_PIDFD:
         try:
             pidfd = os.pidfd_open(proc.pid)  # our child, not reaped: certainly this process
         except OSError:
@@ -955,6 +993,7 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
         events=list(monitor.events),
         leftover_files=leftover,
         shm_created=created,
+        launcher=launcher,
     )
 
 

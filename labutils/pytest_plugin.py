@@ -25,6 +25,9 @@ def pytest_addoption(parser) -> None:
     group.addoption("--lab-also-start-method", action="append", default=None, metavar="M",
                     help="also run every notebook (and start-method tests) under default M; 'none' for no "
                          "extra pass")
+    group.addoption("--lab-repeat", type=int, default=1, metavar="N",
+                    help="run each scenario's broken script N times (the cause must not depend on timing); "
+                         "1 by default, 3 for a nightly job")
     parser.addini("lab_also_start_methods", "start methods for the extra notebook pass", type="args",
                   default=[])
 
@@ -115,3 +118,12 @@ def pytest_generate_tests(metafunc) -> None:
         values = [None, *getattr(config, "_lab_also", [])]
         metafunc.parametrize("lab_start_method", values,
                              ids=["default" if v is None else v for v in values])
+
+
+@pytest.fixture
+def lab_repeat(request) -> int:
+    """How many times a timing-sensitive demonstration is repeated (``--lab-repeat``, at least 1)."""
+    n = request.config.getoption("--lab-repeat")
+    if n < 1:
+        raise pytest.UsageError(f"--lab-repeat {n}: give 1 or more")
+    return n

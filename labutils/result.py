@@ -104,6 +104,8 @@ class RunResult:
     leftover_files: list = field(default_factory=list)
     #: /dev/shm names known to be this run's: semaphores recorded as created, segments left at its end
     shm_created: list = field(default_factory=list)
+    #: {"kind": "warm"|"cold", "why_cold": str|None}: whether the run started from the warm template
+    launcher: Optional[dict] = None
 
     # ------------------------------------------------------------------ convenient views
     @property

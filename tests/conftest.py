@@ -49,7 +49,7 @@ def no_leaks():
     assert not left, f"/dev/shm files left behind: {sorted(left)}"
     import labutils
 
-    helpers = ("resource_tracker", "forkserver")  # multiprocessing's own per-session helpers
+    helpers = ("resource_tracker", "forkserver", "_zygote.py")  # multiprocessing's helpers; the warm launcher
     import gc
 
     gc.collect()  # a finished DataLoader iterator shuts its workers down when it is collected

@@ -46,7 +46,7 @@ def own_leaks(monkeypatch):
                 and n.split("_")[1].isdigit() and int(n.split("_")[1]) in pids]
         assert segs == [], f"torch segments named after the run's processes: {segs}"
     me = psutil.Process()
-    helpers = ("resource_tracker", "forkserver")
+    helpers = ("resource_tracker", "forkserver", "_zygote.py")  # _zygote: the warm launcher of later runs
     children = [p for p in me.children(recursive=True) if not any(h in " ".join(p.cmdline()) for h in helpers)]
     _gone, alive = psutil.wait_procs(children, timeout=10)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
@@ -107,7 +107,9 @@ def test_error_caught_by_script_is_still_recorded():
                                      "    except RuntimeError:\n        print('swallowed')")
     r = run_isolated(code, timeout=60)
     assert r.outcome == "ok" and "swallowed" in r.stdout
-    assert r.loader_errors and "exited unexpectedly" in r.loader_errors[0][0].message
+    # which face PyTorch shows depends on where the main process is when SIGCHLD arrives: both name the death
+    message = r.loader_errors[0][0].message if r.loader_errors else ""
+    assert "exited unexpectedly" in message or "is killed by signal: Killed" in message, r.loader_errors
 
 
 def test_nofile_is_seen_inside_the_run():

@@ -1,7 +1,10 @@
-"""Every cause, on the lab's own scenario scripts: `diagnose --json` names it three runs in a row.
+"""Every cause, on the lab's own scenario scripts: `diagnose --json` names it, warm and cold.
 
-The broken script of each scenario is diagnosed three times (the cause must not depend on timing),
-the fixed script once (it must be `ok`). Each run is a real isolated process: a real segfault, a real
+The broken script of each scenario is diagnosed once (``--lab-repeat 3`` for a nightly job: the cause
+must not depend on timing), the fixed script once (it must be `ok`); those runs go through the diagnose
+command's own entry point in this process, so they start from the warm launcher where it applies. Each
+broken script is also diagnosed by the real command line in a fresh process (cold), and the two
+diagnoses must agree. Each run is a real isolated process: a real segfault, a real
 SIGKILL under the memory budget (the kernel's OOM killer in a cgroup of the run where the OS allows it,
 else the lab's watchdog), a real 8 MiB /dev/shm, a real RLIMIT_NOFILE. Every scenario runs under the
 suite's default start method and each extra one the lab's pytest plugin asks for (``lab_start_method``).
@@ -18,7 +21,7 @@ from labutils.isolate import private_shm_support
 from labutils.tour import SCENARIOS
 
 PY = sys.executable
-RUNS = 3
+_RUNS: dict = {}  # (cause, which, start method) -> the first warm diagnosis: shared by the tests below
 
 
 def _torch_has_cuda() -> bool:
@@ -45,6 +48,30 @@ def diagnose(scenario, which, lab_start_method=None):
     return data
 
 
+def diagnose_here(scenario, which, lab_start_method, monkeypatch, capsys, cache=True):
+    """The diagnose command's entry point in this process (``--launcher auto``: the warm launcher)."""
+    from labutils.diagnose_cli import diagnose_main
+
+    key = (scenario.id, which, lab_start_method)
+    if cache and key in _RUNS:
+        return _RUNS[key]
+    opts = scenario.options(which)
+    with monkeypatch.context() as m:
+        if lab_start_method is not None:
+            m.setenv("LABUTILS_START_METHOD", lab_start_method)
+        else:
+            m.delenv("LABUTILS_START_METHOD", raising=False)
+        capsys.readouterr()
+        rc = diagnose_main(["--json", "--launcher", "auto", *opts.cli_args(), scenario.path(which)])
+        out, err = capsys.readouterr()
+    if rc == 2 and "could not start" in err:
+        pytest.skip(err.strip())
+    assert rc in (0, 1), err
+    data = json.loads(out)
+    _RUNS.setdefault(key, data)
+    return data
+
+
 def _skip_if_unsupported(scenario):
     if scenario.broken_options.shm_size or scenario.fixed_options.shm_size:
         prefix, reason = private_shm_support()
@@ -62,21 +89,36 @@ def test_every_cause_has_a_scenario():
 
 
 @pytest.mark.parametrize("cause", list(SCENARIOS))
-def test_scenario_is_named_three_times_and_fixed_is_ok(cause, lab_start_method):
+def test_scenario_is_named_and_fixed_is_ok(cause, lab_start_method, lab_repeat, monkeypatch, capsys):
     sc = SCENARIOS[cause]
     _skip_if_unsupported(sc)
-    runs = 1 if sc.broken == sc.fixed else RUNS  # `ok`: broken and fixed are the same healthy script
+    runs = 1 if sc.broken == sc.fixed else lab_repeat  # `ok`: broken and fixed are the same healthy script
     for i in range(runs):
-        data = diagnose(sc, "broken", lab_start_method)
+        data = diagnose_here(sc, "broken", lab_start_method, monkeypatch, capsys, cache=i == 0)
         assert data["cause"] == sc.expected, (
             f"run {i + 1}/{runs} of {sc.broken}: got {data['cause']!r}: {data['summary']}\n"
             + "\n".join(data["evidence"]) + "\n--- stderr tail\n" + data["stderr"][-2000:])
         if sc.expected != "ok":
             assert data["fixes"] and all(f["notebook"] for f in data["fixes"])
     if sc.broken != sc.fixed:
-        data = diagnose(sc, "fixed", lab_start_method)
+        data = diagnose_here(sc, "fixed", lab_start_method, monkeypatch, capsys)
         assert data["cause"] == "ok" and data["outcome"] == "ok", (
             f"{sc.fixed}: {data['cause']}: {data['summary']}\n" + data["stderr"][-2000:])
+
+
+@pytest.mark.parametrize("cause", list(SCENARIOS))
+def test_warm_and_cold_launches_give_the_same_diagnosis(cause, monkeypatch, capsys):
+    """The real command line in a fresh process (cold) and the warm launcher name the same cause."""
+    sc = SCENARIOS[cause]
+    _skip_if_unsupported(sc)
+    cold = diagnose(sc, "broken")
+    warm = diagnose_here(sc, "broken", None, monkeypatch, capsys)
+    assert cold["launcher"]["kind"] == "cold"
+    if sc.broken_options.memory_budget or sc.broken_options.shm_size:  # the cold path, and it says why
+        assert warm["launcher"]["kind"] == "cold" and warm["launcher"]["why_cold"], warm["launcher"]
+    else:
+        assert warm["launcher"]["kind"] == "warm", warm["launcher"]
+    assert cold["cause"] == warm["cause"] == sc.expected, (cold["summary"], warm["summary"])
 
 
 @pytest.mark.skipif(not _torch_has_cuda(), reason="needs a CUDA GPU: on this CPU-only build `.cuda()` in a "

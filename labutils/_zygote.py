@@ -1,0 +1,153 @@
+"""The warm launcher: ``python _zygote.py FD``, a template process that has imported torch once and forks
+one child per isolated run.
+
+Importing torch costs a process 2-3 s of CPU here; a run that starts from this template skips it. The
+child is made to look like ``python _bootstrap.py RUN_DIR`` started fresh by the runner: the same
+interpreter and flags, its own session, stdio, working directory and environment, a new multiprocessing
+identity (authkey, process counter), reseeded RNGs, no inherited descriptors beyond 0-2, and a normal
+interpreter exit (atexit handlers run). The runner sends a run here only when that is equivalent; runs
+whose environment must exist before torch is imported, with a memory budget, a private /dev/shm or another
+interpreter take the cold path (see ``isolate._warm_refusal``).
+
+Executed by path, never imported as part of the package. The protocol, one JSON line each way on the
+socket ``FD`` (a socketpair with the runner), one request at a time:
+
+* ``{"op": "spawn", "run_dir", "cwd", "env"}`` with stdout and stderr descriptors attached
+  (SCM_RIGHTS) -> ``{"pid": N}`` with a pidfd of the child attached (where the OS has pidfds);
+* ``{"op": "reap", "pid"}`` -> ``{"status": wait status}``: the child is reaped only when the runner
+  says so, after it has killed the child's process group (until then its pid cannot be reused);
+* ``{"op": "ping"}`` -> ``{"ok": true, "pid": N}``.
+
+End of file on the socket (the runner's process exited) ends the template; children still running are
+the runner's to kill, and it does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap.py")
+
+
+def _preload() -> None:
+    """What a run's main process imports anyway before its first batch (nothing that starts a thread pool
+    it would keep: OpenBLAS's idle thread is re-created by its own at-fork handler in the child)."""
+    import multiprocessing.connection  # noqa: F401
+    import multiprocessing.queues  # noqa: F401
+    import multiprocessing.synchronize  # noqa: F401
+
+    try:
+        import torch  # noqa: F401
+        import torch.multiprocessing  # noqa: F401
+        import torch.utils.data  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken torch: the runs themselves will show why
+        pass
+
+
+def _readline(sock: socket.socket, buf: bytearray, fds: list) -> bytes | None:
+    while b"\n" not in buf:
+        data, anc, _flags, _addr = socket.recv_fds(sock, 1 << 16, 4)
+        if not data:
+            return None
+        buf.extend(data)
+        fds.extend(anc)
+    line, _, rest = bytes(buf).partition(b"\n")
+    buf[:] = rest
+    return line
+
+
+def _send(sock: socket.socket, obj: dict, fds: tuple = ()) -> None:
+    data = json.dumps(obj).encode("utf-8") + b"\n"
+    if fds:
+        socket.send_fds(sock, [data], list(fds))
+    else:
+        sock.sendall(data)
+
+
+def _become_run(sock: socket.socket, req: dict, out_fd: int, err_fd: int) -> None:
+    """In the forked child: turn into a fresh-looking bootstrap process, then run the bootstrap."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    sock.close()
+    os.closerange(3, _max_fd())
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    import multiprocessing.process as mp_process
+
+    mp_process.ORIGINAL_DIR = os.path.abspath(req["cwd"])
+    mp_process._process_counter = __import__("itertools").count(1)
+    mp_process._children = set()
+    mp_process.current_process()._config["authkey"] = mp_process.AuthenticationString(os.urandom(32))
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed()  # a fresh process draws its global seed from the OS; so does this one
+    sys.argv = [BOOTSTRAP, req["run_dir"]]
+    import runpy
+
+    runpy.run_path(BOOTSTRAP, run_name="__main__")  # ends with sys.exit(main()) like the cold path
+
+
+def _max_fd() -> int:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return soft if 0 < soft < (1 << 20) else 1 << 16
+    except (ImportError, ValueError, OSError):
+        return 1 << 16
+
+
+def serve(fd: int):
+    """Answer requests until the runner goes; return the request to run in a forked child, or None."""
+    sock = socket.socket(fileno=fd)
+    buf, fds = bytearray(), []
+    while True:
+        line = _readline(sock, buf, fds)
+        if line is None:
+            return None
+        req = json.loads(line)
+        op = req.get("op")
+        if op == "ping":
+            _send(sock, {"ok": True, "pid": os.getpid()})
+        elif op == "spawn":
+            out_fd, err_fd = fds[0], fds[1]
+            del fds[:2]
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                return sock, req, out_fd, err_fd
+            os.close(out_fd)
+            os.close(err_fd)
+            pidfd = None
+            if hasattr(os, "pidfd_open"):
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except OSError:
+                    pidfd = None
+            _send(sock, {"pid": pid}, (pidfd,) if pidfd is not None else ())
+            if pidfd is not None:
+                os.close(pidfd)
+        elif op == "reap":
+            try:
+                _pid, status = os.waitpid(int(req["pid"]), 0)
+            except ChildProcessError:
+                status = None
+            _send(sock, {"status": status})
+        else:
+            _send(sock, {"error": f"unknown op {op!r}"})
+
+
+if __name__ == "__main__":
+    _preload()
+    job = serve(int(sys.argv[1]))
+    if job is None:
+        os._exit(0)  # the runner is gone; tearing torch down would only cost time
+    _become_run(*job)
