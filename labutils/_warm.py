@@ -36,7 +36,7 @@ LAUNCHER_ENV = "LABUTILS_LAUNCHER"
 LAUNCHERS = ("auto", "warm", "cold")
 #: variables read by the lab at run time, never by an import: a change in them does not need a new template
 RUNTIME_ENV = frozenset({"LABUTILS_RUN_DIR", "LABUTILS_START_METHOD", "LABUTILS_MEMORY_ENFORCEMENT",
-                         "LABUTILS_LAUNCHER", "PYTEST_CURRENT_TEST"})
+                         "LABUTILS_LAUNCHER", "LABUTILS_SHM_LEDGER", "PYTEST_CURRENT_TEST"})
 _SUPPORTED = (sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(os, "pidfd_open")
               and hasattr(socket, "send_fds"))
 

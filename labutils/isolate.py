@@ -516,6 +516,24 @@ def _remove_files(names: Sequence[str]) -> tuple:
     return removed, left
 
 
+LEDGER_ENV = "LABUTILS_SHM_LEDGER"
+
+
+def _ledger(created: list, leftover: list, ticks: Mapping) -> None:
+    """Append what this run created in /dev/shm, and its pids, to the file named by ``LABUTILS_SHM_LEDGER``
+    (set by a test harness, inherited by every process below it): leak checks by identity, not by a diff of
+    a /dev/shm that neighbours share."""
+    path = os.environ.get(LEDGER_ENV)
+    if not path:
+        return
+    record = {"created": list(created), "leftover": list(leftover), "pids": sorted(p for p in ticks if p)}
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+    except OSError:
+        pass
+
+
 def find_strays() -> list:
     """Pids of processes left over from finished isolated runs (their run directory is gone).
 
@@ -920,6 +938,7 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
         removed, leftover = _remove_files(owned)
         created = sorted({*owned, *(r["name"] for r in _read_jsonl(os.path.join(run_dir, "created_shm.jsonl"))
                                     if isinstance(r.get("name"), str))})
+    _ledger(created, leftover, ticks)
     kernel_lines = _cgroup.read_kernel_log(kmsg)
 
     final = _read_json(os.path.join(run_dir, "final.json")) or {}

@@ -123,9 +123,10 @@ class RunResult:
 
     @property
     def loader_errors(self) -> list:
-        """Exception chains that escaped a DataLoader iterator, even ones the script caught."""
+        """Exception chains that escaped a DataLoader iterator (``next()``, or ``iter()`` when a worker died
+        while the iterator was still starting its workers), even ones the script caught; in time order."""
         return [[ExceptionInfo(**e) for e in ev["chain"]] for ev in self.loader_events
-                if ev.get("event") == "error"]
+                if ev.get("event") in ("error", "init_error")]
 
     @property
     def all_messages(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -16,25 +17,61 @@ def shm_names() -> set:
         return set()
 
 
-def _foreign_segment(name: str, me) -> bool:
-    """A torch segment made by a live process outside this test's process tree: a neighbour's, not a leak."""
-    import psutil
+_OWN_SEMAPHORES: set = set()  # named semaphores this test process created itself (in-process DataLoaders)
 
-    parts = name.split("_")
-    if not (name.startswith("torch_") and len(parts) > 1 and parts[1].isdigit()):
-        return False
+
+def _record_own_semaphores() -> None:
+    from multiprocessing import synchronize
+
+    original = synchronize.SemLock.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        name = getattr(getattr(self, "_semlock", None), "name", None)
+        if name:
+            _OWN_SEMAPHORES.add("sem." + name.lstrip("/"))
+
+    synchronize.SemLock.__init__ = __init__
+
+
+_record_own_semaphores()
+
+
+def _ours(names: set, ledger: str, me) -> set:
+    """Which of ``names`` this test made: recorded by one of its isolated runs (the ledger, written by every
+    run below this process, in subprocesses too), a semaphore of this process, or a torch segment named
+    after this process, a descendant of it, or a process of one of its runs. A neighbour's files on a shared
+    /dev/shm (another test session, a helper's notebook) are not this test's to judge."""
+    created, pids = set(), {me.pid}
     try:
-        creator = psutil.Process(int(parts[1]))
-        return creator.pid != me.pid and me.pid not in {p.pid for p in creator.parents()}
-    except psutil.Error:
-        return False  # its creator is gone: nobody will remove it
+        with open(ledger, encoding="utf-8") as fh:
+            for line in fh:
+                rec = json.loads(line)
+                created.update(rec.get("created", []))
+                pids.update(rec.get("pids", []))
+    except (OSError, ValueError):
+        pass
+    try:
+        pids.update(p.pid for p in me.children(recursive=True))
+    except Exception:  # noqa: BLE001, S110
+        pass
+    out = set()
+    for name in names:
+        parts = name.split("_")
+        if name in created or name in _OWN_SEMAPHORES:
+            out.add(name)
+        elif name.startswith("torch_") and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) in pids:
+            out.add(name)
+    return out
 
 
 @pytest.fixture
-def no_leaks():
-    """Fail the test if it leaves new torch_*/sem.mp-* files in /dev/shm or child processes alive."""
+def no_leaks(tmp_path, monkeypatch):
+    """Fail the test if it leaves its own torch_*/sem.mp-* files in /dev/shm or child processes alive."""
     import psutil
 
+    ledger = str(tmp_path / "shm-ledger.jsonl")
+    monkeypatch.setenv("LABUTILS_SHM_LEDGER", ledger)
     before = shm_names()
     yield
     me = psutil.Process()
@@ -42,7 +79,7 @@ def no_leaks():
 
     deadline = time.monotonic() + 6.0  # a run's resource_tracker / torch_shm_manager unlink on their own, late
     while True:
-        left = {n for n in shm_names() - before if not _foreign_segment(n, me)}
+        left = _ours(shm_names() - before, ledger, me)
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
