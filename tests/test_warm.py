@@ -1,0 +1,113 @@
+"""The warm launcher: which runs start from the template, and that a warm run looks like a fresh process.
+
+tests/test_scenarios.py checks that every scenario gets the same diagnosis warm and cold.
+"""
+
+import os
+import sys
+import time
+
+import psutil
+import pytest
+
+from labutils import _warm
+from labutils.isolate import IsolationError, run_isolated
+
+pytestmark = pytest.mark.skipif(not _warm._SUPPORTED, reason="the warm launcher needs Linux with fork and pidfds")
+
+PROBE = """
+import json, os, sys, multiprocessing
+import numpy as np
+import labutils
+labutils.emit(
+    argv0=sys.argv[0], cwd=os.getcwd(), fds=sorted(int(f) for f in os.listdir("/proc/self/fd")),
+    authkey=multiprocessing.current_process().authkey.hex(), numpy=int(np.random.randint(0, 2**31)),
+    sid=os.getsid(0), pid=os.getpid(), marker=os.environ.get("LABUTILS_RUN_DIR"),
+    torch_loaded="torch" in sys.modules,
+)
+"""
+
+
+def test_warm_runs_share_one_template_and_each_looks_fresh(tmp_path):
+    first = run_isolated(PROBE, cwd=tmp_path)
+    template = _warm.template_pid()
+    second = run_isolated(PROBE, cwd=tmp_path)
+    assert first.ok and second.ok, (first.stderr, second.stderr)
+    assert first.launcher == second.launcher == {"kind": "warm", "why_cold": None}
+    assert template is not None and _warm.template_pid() == template  # the second run reused it
+    a, b = first.values, second.values
+    assert a["torch_loaded"]  # it came from the template, which imported torch
+    assert a["argv0"].endswith("lab_cell.py") and a["cwd"] == str(tmp_path)
+    assert a["sid"] == a["pid"]  # its own session, as the cold path's start_new_session gives
+    assert a["marker"] and a["marker"] != b["marker"]  # each run's own LABUTILS_RUN_DIR
+    assert a["authkey"] != b["authkey"] and a["numpy"] != b["numpy"]  # a new identity, fresh seeds
+    assert len(a["fds"]) <= 6, a["fds"]  # 0-2 and what the probe opened: nothing of the template's
+
+
+def test_cold_where_a_fork_of_the_template_would_differ():
+    env_run = run_isolated("print('hi')", env={"OMP_NUM_THREADS": "1"})
+    assert env_run.ok and env_run.launcher["kind"] == "cold"
+    assert "before torch is imported" in env_run.launcher["why_cold"]
+    detail = run_isolated("print('hi')", memory_detail=True)
+    assert detail.launcher["kind"] == "cold" and "USS" in detail.launcher["why_cold"]
+    asked = run_isolated("print('hi')", launcher="cold")
+    assert asked.launcher == {"kind": "cold", "why_cold": "the cold launcher was asked for"}
+    with pytest.raises(IsolationError, match="launcher='warm' is not possible"):
+        run_isolated("print('hi')", launcher="warm", env={"X": "1"})
+
+
+def test_a_bad_launcher_setting_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("LABUTILS_LAUNCHER", "tepid")
+    with pytest.raises(IsolationError, match="use one of auto, warm, cold"):
+        run_isolated("print('hi')")
+
+
+def test_a_changed_environment_gets_a_new_template(monkeypatch):
+    run_isolated("print('hi')")
+    old = _warm.template_pid()
+    monkeypatch.setenv("LAB_TEST_SOMETHING_NEW", "1")  # could change what an import does: a new template
+    r = run_isolated("import os, labutils\nlabutils.emit(v=os.environ.get('LAB_TEST_SOMETHING_NEW'))")
+    assert r.ok and r.launcher["kind"] == "warm" and r.values == {"v": "1"}
+    assert _warm.template_pid() not in (None, old)
+    assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
+
+
+ORPHAN = """
+import os, sys, time, labutils
+r, w = os.pipe()
+if os.fork() == 0:          # a child that leaves an orphan behind: its grandchild outlives it
+    if os.fork() == 0:
+        os.setpgid(0, 0)    # its own process group (as a shell job would): only the session still says whose
+        os.write(w, str(os.getpid()).encode())
+        time.sleep(120)
+        os._exit(0)
+    os._exit(0)
+pid = int(os.read(r, 32))
+labutils.emit(orphan=pid)
+"""
+
+
+def test_an_orphan_in_its_own_group_is_still_the_runs_and_is_killed(no_leaks):
+    r = run_isolated(ORPHAN, timeout=60)
+    assert r.ok and r.launcher["kind"] == "warm", r.stderr
+    orphan = r.values["orphan"]
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(orphan) and psutil.Process(orphan).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"the run's orphan {orphan} outlived the run"
+        time.sleep(0.05)
+
+
+def test_template_ends_with_its_process(tmp_path):
+    """A runner process that exits takes its template with it (end of file on the socket)."""
+    import subprocess
+
+    code = ("import labutils, sys\nfrom labutils import _warm\nr = labutils.run_isolated('print(1)')\n"
+            "print(_warm.template_pid(), r.launcher['kind'])\nsys.stdout.flush()\nimport os\nos._exit(0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env={**os.environ, "LABUTILS_LAUNCHER": "auto"})
+    pid, kind = out.stdout.split()
+    assert kind == "warm"
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(int(pid)) and psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the template outlived its runner"
+        time.sleep(0.1)
