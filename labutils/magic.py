@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--notebook-main", action="store_true")
     p.add_argument("--memory-detail", action="store_true")
+    p.add_argument("--launcher", choices=["auto", "warm", "cold"],
+                   help="cold: a fresh interpreter; auto (default): fork it from the warm template where equal")
     p.add_argument("-q", "--quiet", action="store_true", help="do not display the result card")
     return p
 
@@ -60,7 +62,8 @@ def isolate_cell(line: str, cell: str, user_ns: dict):
         result = run_isolated(cell, start_method=opts.start_method, timeout=opts.timeout,
                               memory_budget=opts.memory_budget, shm_size=opts.shm_size, nofile=opts.nofile,
                               env=env, notebook_main=opts.notebook_main, memory_detail=opts.memory_detail,
-                              memory_enforcement=opts.memory_enforcement, stall=opts.stall)
+                              memory_enforcement=opts.memory_enforcement, stall=opts.stall,
+                              launcher=opts.launcher)
     except IsolationError as exc:
         if exc.argument in _OPTION_OF:  # name the option the user typed, not the Python argument
             raise IsolationError(f"%%isolate: {exc.for_option(_OPTION_OF[exc.argument])}") from None
