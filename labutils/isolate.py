@@ -158,10 +158,12 @@ def _status_kb(pid: int, key: bytes) -> Optional[int]:
 
 
 def _num_fds(pid: int) -> Optional[int]:
+    """Open descriptors of ``pid``; None when unknown, or when it is exiting (its table already released)."""
     try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
+        n = len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return None
+    return n or None  # a live Python process holds at least stdin/stdout/stderr
 
 
 def _descendants(root: int, psutil=None) -> list:

@@ -73,6 +73,7 @@ def no_leaks(tmp_path, monkeypatch):
     ledger = str(tmp_path / "shm-ledger.jsonl")
     monkeypatch.setenv("LABUTILS_SHM_LEDGER", ledger)
     before = shm_names()
+    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
     yield
     me = psutil.Process()
     import time
@@ -91,7 +92,7 @@ def no_leaks(tmp_path, monkeypatch):
 
     gc.collect()  # a finished DataLoader iterator shuts its workers down when it is collected
     children = [p for p in me.children(recursive=True)
-                if not any(h in " ".join(p.cmdline()) for h in helpers)]
+                if not any(h in " ".join(p.cmdline()) for h in helpers) and p.pid not in children_before]
     _gone, alive = psutil.wait_procs(children, timeout=10)  # workers get a moment to exit
     alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"processes left running: {[(p.pid, p.name()) for p in alive]}"

@@ -36,6 +36,7 @@ def own_leaks(monkeypatch):
         return result
 
     monkeypatch.setattr(isolate, "_execute", spy)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     yield results
     for r in results:
         assert r.leftover_files == [], r.leftover_files
@@ -47,7 +48,8 @@ def own_leaks(monkeypatch):
         assert segs == [], f"torch segments named after the run's processes: {segs}"
     me = psutil.Process()
     helpers = ("resource_tracker", "forkserver", "_zygote.py")  # _zygote: the warm launcher of later runs
-    children = [p for p in me.children(recursive=True) if not any(h in " ".join(p.cmdline()) for h in helpers)]
+    children = [p for p in me.children(recursive=True) if not any(h in " ".join(p.cmdline()) for h in helpers)
+                and p.pid not in before]  # not a worker an earlier test of this pytest process left
     _gone, alive = psutil.wait_procs(children, timeout=10)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
     assert labutils.find_strays() == [], "processes of finished isolated runs are still alive"

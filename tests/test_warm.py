@@ -111,3 +111,30 @@ def test_template_ends_with_its_process(tmp_path):
     while psutil.pid_exists(int(pid)) and psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the template outlived its runner"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("launcher", ["cold", "auto"])
+def test_a_run_dies_with_its_runner(launcher, tmp_path):
+    """A runner killed with SIGKILL (a killed `diagnose`, a crashed kernel) leaves no run behind."""
+    import signal
+    import subprocess
+
+    pidfile = tmp_path / "pid"
+    cell = f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    script = tmp_path / "runner.py"
+    script.write_text(f"import labutils\nlabutils.run_isolated({cell!r}, launcher={launcher!r}, timeout=90)\n")
+    runner = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()):
+            assert time.monotonic() < deadline and runner.poll() is None, "the run did not start"
+            time.sleep(0.1)
+        run_pid = int(pidfile.read_text())
+        assert psutil.pid_exists(run_pid)
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(run_pid) and psutil.Process(run_pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"run {run_pid} outlived its killed runner ({launcher})"
+        time.sleep(0.1)
