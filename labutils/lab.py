@@ -47,8 +47,7 @@ def script_diff_html(broken_path: str, fixed_path: str) -> str:
     with open(fixed_path, encoding="utf-8") as fh:
         b = fh.read().splitlines()
     lines = []
-    for line in difflib.unified_diff(a, b, os.path.basename(broken_path), os.path.basename(fixed_path),
-                                     lineterm=""):
+    for line in difflib.unified_diff(a, b, os.path.basename(broken_path), os.path.basename(fixed_path), lineterm=""):
         colour = {"+": "#1a7f37", "-": "#cf222e", "@": "#8250df"}.get(line[:1], "#24292f")
         lines.append(f"<span style='color:{colour}'>{html.escape(line)}</span>")
     body = "\n".join(lines) or "(the two scripts are the same file)"
@@ -69,17 +68,21 @@ class LabUI:
         if scenario not in SCENARIOS:
             raise KeyError(f"unknown scenario {scenario!r}; choose one of: {', '.join(SCENARIOS)}")
         wide = w.Layout(width="95%")
-        self.scenario = w.Dropdown(options=[(f"{s.id}: {s.title}", s.id) for s in SCENARIOS.values()],
-                                   value=scenario, description="Scenario", layout=wide, style=_WIDE)
-        self.which = w.ToggleButtons(options=["broken", "fixed"], value=which, description="Version",
-                                     style=_WIDE)
+        self.scenario = w.Dropdown(
+            options=[(f"{s.id}: {s.title}", s.id) for s in SCENARIOS.values()],
+            value=scenario,
+            description="Scenario",
+            layout=wide,
+            style=_WIDE,
+        )
+        self.which = w.ToggleButtons(options=["broken", "fixed"], value=which, description="Version", style=_WIDE)
         # limits of the run (run_isolated options)
-        self.start_method = w.Dropdown(options=["(script's)", "fork", "spawn", "forkserver"],
-                                       description="Start method", style=_WIDE)
+        self.start_method = w.Dropdown(
+            options=["(script's)", "fork", "spawn", "forkserver"], description="Start method", style=_WIDE
+        )
         self.timeout = w.BoundedFloatText(value=60, min=1, max=600, description="Timeout (s)", style=_WIDE)
         self.stall = w.BoundedFloatText(value=15, min=1, max=600, description="Stall limit (s)", style=_WIDE)
-        self.memory_budget = w.Text(value="", placeholder="e.g. 400M", description="Memory budget",
-                                    style=_WIDE)
+        self.memory_budget = w.Text(value="", placeholder="e.g. 400M", description="Memory budget", style=_WIDE)
         self.shm_size = w.Text(value="", placeholder="e.g. 8M", description="/dev/shm size", style=_WIDE)
         self.nofile = w.Text(value="", placeholder="e.g. 128", description="Open files limit", style=_WIDE)
         # knobs on the DataLoader (LAB_* environment variables the scripts read)
@@ -90,25 +93,33 @@ class LabUI:
         self.persistent_workers = w.Checkbox(value=False, description="persistent_workers", style=_WIDE)
         self.sharing_strategy = w.Dropdown(options=_SHARING, description="Sharing strategy", style=_WIDE)
         self.knob_widgets = {
-            "start_method": self.start_method, "timeout": self.timeout, "stall": self.stall,
-            "memory_budget": self.memory_budget, "shm_size": self.shm_size, "nofile": self.nofile,
-            "num_workers": self.num_workers, "batch_size": self.batch_size,
-            "prefetch_factor": self.prefetch_factor, "pin_memory": self.pin_memory,
-            "persistent_workers": self.persistent_workers, "sharing_strategy": self.sharing_strategy,
+            "start_method": self.start_method,
+            "timeout": self.timeout,
+            "stall": self.stall,
+            "memory_budget": self.memory_budget,
+            "shm_size": self.shm_size,
+            "nofile": self.nofile,
+            "num_workers": self.num_workers,
+            "batch_size": self.batch_size,
+            "prefetch_factor": self.prefetch_factor,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.persistent_workers,
+            "sharing_strategy": self.sharing_strategy,
         }
         for name, widget in self.knob_widgets.items():
             widget.add_class(f"lab-knob-{name}")
         self.knob_box = w.HBox(layout=w.Layout(flex_flow="row wrap"))
         # predict, then run
-        self.prediction = w.Dropdown(options=[("(no guess)", "")] + [(c, c) for c in CAUSES] + [("unknown", "unknown")],
-                                     description="I expect the cause", style=_WIDE)
-        self.learner = w.Text(value="", placeholder="your name (for the class sheet)", description="Name",
-                              style=_WIDE)
+        self.prediction = w.Dropdown(
+            options=[("(no guess)", "")] + [(c, c) for c in CAUSES] + [("unknown", "unknown")],
+            description="I expect the cause",
+            style=_WIDE,
+        )
+        self.learner = w.Text(value="", placeholder="your name (for the class sheet)", description="Name", style=_WIDE)
         self.show_code = w.Checkbox(value=False, description="Show the script", style=_WIDE)
         self.button = w.Button(description="Run", button_style="primary", icon="play")
         self.button.add_class("lab-run")
-        self.compare_button = w.Button(description="Broken vs fixed", icon="columns",
-                                       layout=w.Layout(width="auto"))
+        self.compare_button = w.Button(description="Broken vs fixed", icon="columns", layout=w.Layout(width="auto"))
         self.compare_button.add_class("lab-compare")
         self.status = w.HTML()
         self.status.add_class("lab-status")
@@ -120,17 +131,23 @@ class LabUI:
         self.compare = w.Output()
         self.live = LiveView()
         # your own code
-        self.user_code = w.Textarea(value="", placeholder="paste a script with a Dataset and a DataLoader loop",
-                                    layout=w.Layout(width="95%", height="220px"))
-        self.user_path = w.Text(value="", placeholder="or the path of a .py file", description="File",
-                                layout=wide, style=_WIDE)
-        self.user_button = w.Button(description="Run my code", button_style="primary", icon="play",
-                                    layout=w.Layout(width="auto"))
+        self.user_code = w.Textarea(
+            value="",
+            placeholder="paste a script with a Dataset and a DataLoader loop",
+            layout=w.Layout(width="95%", height="220px"),
+        )
+        self.user_path = w.Text(
+            value="", placeholder="or the path of a .py file", description="File", layout=wide, style=_WIDE
+        )
+        self.user_button = w.Button(
+            description="Run my code", button_style="primary", icon="play", layout=w.Layout(width="auto")
+        )
         self.user_button.add_class("lab-run-mine")
         # the class sheet
         self.score = w.HTML()
-        self.export_path = w.Text(value="lab_answers.csv", description="Export to", style=_WIDE,
-                                  layout=w.Layout(width="60%"))
+        self.export_path = w.Text(
+            value="lab_answers.csv", description="Export to", style=_WIDE, layout=w.Layout(width="60%")
+        )
         self.export_button = w.Button(description="Export answers", icon="download", layout=w.Layout(width="auto"))
         self.answers: list = []
         self.last: Optional[RunResult] = None
@@ -147,18 +164,32 @@ class LabUI:
         self._on_scenario()
         self._render_score()
 
-        scenario_tab = w.VBox([self.scenario, self.which, self.knob_box,
-                               w.HBox([self.prediction, self.learner]),
-                               w.HBox([self.button, self.compare_button, self.show_code]), self.code])
-        own_tab = w.VBox([w.HTML("Paste a script (it runs as <code>python script.py</code>, isolated, with "
-                                 "the start method, timeout and limits of the Scenario tab's widgets where "
-                                 "set) or give a file path."), self.user_code, self.user_path,
-                          w.HBox([self.user_button, self.start_method, self.timeout])])
+        scenario_tab = w.VBox(
+            [
+                self.scenario,
+                self.which,
+                self.knob_box,
+                w.HBox([self.prediction, self.learner]),
+                w.HBox([self.button, self.compare_button, self.show_code]),
+                self.code,
+            ]
+        )
+        own_tab = w.VBox(
+            [
+                w.HTML(
+                    "Paste a script (it runs as <code>python script.py</code>, isolated, with "
+                    "the start method, timeout and limits of the Scenario tab's widgets where "
+                    "set) or give a file path."
+                ),
+                self.user_code,
+                self.user_path,
+                w.HBox([self.user_button, self.start_method, self.timeout]),
+            ]
+        )
         class_tab = w.VBox([self.score, w.HBox([self.export_path, self.export_button])])
         self.tabs = w.Tab(children=[scenario_tab, own_tab, class_tab])
         self.tabs.titles = ("Scenarios", "Your code", "Class")
-        self.widget = w.VBox([self.tabs, self.status, self.live.widget, self.verdict, self.output,
-                              self.compare])
+        self.widget = w.VBox([self.tabs, self.status, self.live.widget, self.verdict, self.output, self.compare])
         self.widget.add_class("lab-root")
 
     # ----------------------------------------------------------------- scenario and knobs
@@ -241,8 +272,7 @@ class LabUI:
         if self.busy:
             self.status.value = "a run is already going: wait for its card"
             return False
-        self._thread = threading.Thread(target=self._job, args=(compare, own), daemon=True,
-                                        name="labutils-lab-run")
+        self._thread = threading.Thread(target=self._job, args=(compare, own), daemon=True, name="labutils-lab-run")
         self._set_busy(True)
         self._thread.start()
         return True
@@ -297,8 +327,10 @@ class LabUI:
             self.status.value = f"<span style='color:#cf222e'>{html.escape(str(exc))}</span>"
             return None
         self.last = result
-        self.status.value = (f"{sc.id} ({which}): <b>{result.outcome}</b>, cause <code>{result.cause}</code> "
-                             f"(expected for the broken run: {sc.expected}) in {result.wall_time:.1f} s")
+        self.status.value = (
+            f"{sc.id} ({which}): <b>{result.outcome}</b>, cause <code>{result.cause}</code> "
+            f"(expected for the broken run: {sc.expected}) in {result.wall_time:.1f} s"
+        )
         self._judge(result, sc.id, which)
         self.output.append_display_data(result)
         return result
@@ -315,8 +347,7 @@ class LabUI:
         try:
             for which in ("broken", "fixed"):
                 self.status.value = f"running {sc.id} ({which}) for the comparison..."
-                results[which] = self._isolated(f"{sc.id} ({which})", file=sc.path(which),
-                                                **self.options(which))
+                results[which] = self._isolated(f"{sc.id} ({which})", file=sc.path(which), **self.options(which))
         except (IsolationError, ValueError) as exc:
             self.status.value = f"<span style='color:#cf222e'>{html.escape(str(exc))}</span>"
             return results
@@ -330,8 +361,9 @@ class LabUI:
             cards.append(out)
         self.compare.append_display_data(w.HTML(script_diff_html(sc.path("broken"), sc.path("fixed"))))
         self.compare.append_display_data(w.HBox(cards))
-        self.status.value = (f"{sc.id}: broken -> <code>{results['broken'].cause}</code>, fixed -> "
-                             f"<b>{results['fixed'].outcome}</b>")
+        self.status.value = (
+            f"{sc.id}: broken -> <code>{results['broken'].cause}</code>, fixed -> <b>{results['fixed'].outcome}</b>"
+        )
         self._judge(results["broken"], sc.id, "broken")
         return results
 
@@ -378,27 +410,43 @@ class LabUI:
         head = f"The diagnosis: <code>{html.escape(d.cause)}</code> ({d.confidence} confidence)"
         if guess:
             right = guess == d.cause
-            self.answers.append({"learner": self.learner.value.strip(), "scenario": scenario, "version": which,
-                                 "predicted": guess, "diagnosed": d.cause, "correct": right,
-                                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
-            mark = ("<b style='color:#1a7f37'>right</b>" if right
-                    else f"<b style='color:#cf222e'>not quite</b> (you said <code>{html.escape(guess)}</code>)")
+            self.answers.append(
+                {
+                    "learner": self.learner.value.strip(),
+                    "scenario": scenario,
+                    "version": which,
+                    "predicted": guess,
+                    "diagnosed": d.cause,
+                    "correct": right,
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                }
+            )
+            mark = (
+                "<b style='color:#1a7f37'>right</b>"
+                if right
+                else f"<b style='color:#cf222e'>not quite</b> (you said <code>{html.escape(guess)}</code>)"
+            )
             head = f"You expected <code>{html.escape(guess)}</code>: {mark}. " + head
             self.prediction.value = ""
             self._render_score()
-        self.verdict.value = (f"<div>{head}. What decided it:<ul style='margin:2px 0'>{evidence}</ul></div>")
+        self.verdict.value = f"<div>{head}. What decided it:<ul style='margin:2px 0'>{evidence}</ul></div>"
 
     @property
     def correct(self) -> int:
         return sum(1 for a in self.answers if a["correct"])
 
     def _render_score(self) -> None:
-        rows = "".join(f"<tr><td>{html.escape(a['learner'])}</td><td>{a['scenario']}</td><td>{a['predicted']}</td>"
-                       f"<td>{a['diagnosed']}</td><td>{'yes' if a['correct'] else 'no'}</td></tr>"
-                       for a in self.answers)
-        self.score.value = (f"<b>Score: {self.correct} of {len(self.answers)}</b> predictions right"
-                            + (f"<table><tr><th>name</th><th>scenario</th><th>expected</th><th>diagnosed</th>"
-                               f"<th>right</th></tr>{rows}</table>" if rows else ""))
+        rows = "".join(
+            f"<tr><td>{html.escape(a['learner'])}</td><td>{a['scenario']}</td><td>{a['predicted']}</td>"
+            f"<td>{a['diagnosed']}</td><td>{'yes' if a['correct'] else 'no'}</td></tr>"
+            for a in self.answers
+        )
+        self.score.value = f"<b>Score: {self.correct} of {len(self.answers)}</b> predictions right" + (
+            f"<table><tr><th>name</th><th>scenario</th><th>expected</th><th>diagnosed</th>"
+            f"<th>right</th></tr>{rows}</table>"
+            if rows
+            else ""
+        )
 
     def export_answers(self, path: str) -> str:
         """Write the answers to ``path`` (``.json``: a list of objects; otherwise CSV); returns the path."""

@@ -116,8 +116,9 @@ class LiveRecorder:
         return {"series": series, "batches": (bt, bn), "deaths": deaths, "n_samples": len(samples)}
 
 
-def render_png(rec: LiveRecorder, title: str = "", running: bool = True, width: float = 9.5,
-               height: float = 5.2) -> bytes:
+def render_png(
+    rec: LiveRecorder, title: str = "", running: bool = True, width: float = 9.5, height: float = 5.2
+) -> bytes:
     """The chart of everything recorded so far, as PNG bytes (matplotlib's Agg; no pyplot state)."""
     from matplotlib.figure import Figure
 
@@ -141,16 +142,23 @@ def render_png(rec: LiveRecorder, title: str = "", running: bool = True, width: 
     ax_bat.set_ylabel("batches delivered")
     for ax in (ax_shm, ax_bat):
         ax.set_xlabel("seconds since the run started")
-    t_end = max([row["t"][-1] for row in snap["series"].values() if row["t"]] + [d[0] for d in snap["deaths"]]
-                + [0.5])
+    t_end = max([row["t"][-1] for row in snap["series"].values() if row["t"]] + [d[0] for d in snap["deaths"]] + [0.5])
     for ax in axes.flat:
         ax.set_xlim(0, t_end * 1.05)
         ax.grid(alpha=0.3)
     for t, text in snap["deaths"]:
         for ax in axes.flat:
             ax.axvline(t, color="#cf222e", linewidth=1.5, alpha=0.8)
-        ax_mem.annotate(text, xy=(t, 1.0), xycoords=("data", "axes fraction"), fontsize=8, color="#cf222e",
-                        rotation=90, va="top", ha="right")
+        ax_mem.annotate(
+            text,
+            xy=(t, 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=8,
+            color="#cf222e",
+            rotation=90,
+            va="top",
+            ha="right",
+        )
     if snap["series"]:
         ax_fds.legend(fontsize=8, loc="upper left")
     state = "running" if running else "finished"
@@ -186,8 +194,9 @@ class LiveView:
         self.recorder = LiveRecorder()
         self._stop = threading.Event()
         self.caption.value = f"<b>{title}</b>: starting..."
-        self._thread = threading.Thread(target=self._loop, args=(self.recorder, self._stop), daemon=True,
-                                        name="labutils-live-view")
+        self._thread = threading.Thread(
+            target=self._loop, args=(self.recorder, self._stop), daemon=True, name="labutils-live-view"
+        )
         self._thread.start()
         return self.recorder
 
@@ -204,8 +213,10 @@ class LiveView:
             self.redraws += 1
             n = len(rec.samples)
             first = "" if rec.first_sample_s is None else f", first sample after {rec.first_sample_s:.2f} s"
-            self.caption.value = (f"<b>{self.title}</b>: {'running' if running else 'finished'}, "
-                                  f"{n} samples{first}, chart redrawn {self.redraws} times")
+            self.caption.value = (
+                f"<b>{self.title}</b>: {'running' if running else 'finished'}, "
+                f"{n} samples{first}, chart redrawn {self.redraws} times"
+            )
         except Exception as exc:  # noqa: BLE001 - a drawing failure must not stop the run
             self.caption.value = f"chart failed: {exc!r}"
 
