@@ -21,7 +21,7 @@ def test_every_cause_id_and_every_message_appears():
     text = cheatsheet_markdown()
     for cause in CAUSES:
         assert f"`{cause}`" in text, cause
-    for msg, cause, _fix, path in cheatsheet_rows():
+    for msg, _cause, _fix, path in cheatsheet_rows():
         assert " ".join(msg.split()).replace("|", "\\|") in text, msg
         assert os.path.exists(os.path.join(ROOT, path)), path
 
