@@ -10,6 +10,8 @@ from torch.utils.data import DataLoader, Dataset
 NUM_WORKERS = int(os.environ.get("LAB_NUM_WORKERS", "2"))
 BATCH_SIZE = int(os.environ.get("LAB_BATCH_SIZE", "4"))
 SHARING_STRATEGY = os.environ.get("LAB_SHARING_STRATEGY", "file_descriptor")
+# at import, so that spawn and forkserver workers (which import this script) use it too
+torch.multiprocessing.set_sharing_strategy(SHARING_STRATEGY)
 
 
 class Samples(Dataset):
@@ -22,7 +24,6 @@ class Samples(Dataset):
 
 if __name__ == "__main__":
     labels = []
-    torch.multiprocessing.set_sharing_strategy(SHARING_STRATEGY)
     for batch in DataLoader(Samples(), batch_size=BATCH_SIZE, num_workers=NUM_WORKERS):
         labels.extend(batch["label"].tolist())
     print("evaluated", len(labels), "samples")

@@ -13,6 +13,8 @@ PREFETCH_FACTOR = int(os.environ.get("LAB_PREFETCH_FACTOR", "2"))
 PIN_MEMORY = os.environ.get("LAB_PIN_MEMORY", "0") == "1"
 PERSISTENT_WORKERS = os.environ.get("LAB_PERSISTENT_WORKERS", "0") == "1"
 SHARING_STRATEGY = os.environ.get("LAB_SHARING_STRATEGY", "file_descriptor")
+# at import, so that spawn and forkserver workers (which import this script) use it too
+torch.multiprocessing.set_sharing_strategy(SHARING_STRATEGY)
 
 
 class Features(Dataset):
@@ -32,7 +34,6 @@ def main():
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    torch.multiprocessing.set_sharing_strategy(SHARING_STRATEGY)
     loader = DataLoader(
         Features(),
         batch_size=BATCH_SIZE,
