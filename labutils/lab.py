@@ -178,12 +178,15 @@ class LabUI:
             [
                 w.HTML(
                     "Paste a script (it runs as <code>python script.py</code>, isolated, with "
-                    "the start method, timeout and limits of the Scenario tab's widgets where "
-                    "set) or give a file path."
+                    "the start method and limits below) or give a file path."
                 ),
                 self.user_code,
                 self.user_path,
-                w.HBox([self.user_button, self.start_method, self.timeout]),
+                w.HBox(
+                    [self.start_method, self.timeout, self.memory_budget, self.nofile],
+                    layout=w.Layout(flex_flow="row wrap"),
+                ),
+                self.user_button,
             ]
         )
         class_tab = w.VBox([self.score, w.HBox([self.export_path, self.export_button])])
