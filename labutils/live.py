@@ -20,6 +20,7 @@ from typing import Optional
 __all__ = ["LiveRecorder", "LiveView", "death_text", "render_png"]
 
 MIB = 1024 * 1024
+MAX_POINTS = 400  # per line drawn: keeps a redraw fast however long the run
 
 
 def _signame(num: int) -> str:
@@ -130,6 +131,9 @@ def render_png(
     palette = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#bf3989", "#57606a"]
     for i, (label, row) in enumerate(snap["series"].items()):
         c = colours[label] = palette[i % len(palette)]
+        step = max(1, len(row["t"]) // MAX_POINTS)  # a long run: every step-th sample, and the latest
+        if step > 1:
+            row = {k: v[::step] + v[-1:] for k, v in row.items()}
         ax_mem.plot(row["t"], row["rss"], color=c, label=f"{label} RSS")
         ax_mem.plot(row["t"], row["uss"], color=c, linestyle="--", linewidth=1)
         ax_fds.plot(row["t"], row["fds"], color=c, label=label)

@@ -189,3 +189,12 @@ def test_own_code_runs_isolated_and_bad_input_says_what_to_do(tmp_path):
     result = ui.run_own()
     assert result.outcome == "failed" and result.returncode == 3 and "quick" in result.stdout
     assert ui.live.redraws >= 1 and "finished" in ui.live.caption.value
+
+
+def test_a_long_run_is_drawn_from_a_bounded_number_of_points():
+    rec = LiveRecorder()
+    for i in range(3000):  # 60 s of a main process and two workers at 4 samples a second, and more
+        rec.on_sample(_sample(i * 0.02, 1 + i % 3, "main" if i % 3 == 0 else "worker", batches=i))
+    t0 = time.monotonic()
+    png = render_png(rec, "long")
+    assert png.startswith(PNG) and time.monotonic() - t0 < 30
