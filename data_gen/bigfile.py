@@ -144,6 +144,7 @@ def make_big_array(
     dtype: str | np.dtype = "float32",
     seed: int = 0,
     overwrite: bool = False,
+    progress=None,
 ) -> Manifest:
     """Write a large ``.npy`` at ``path``, chunk by chunk, for ``np.load(path, mmap_mode="r")``.
 
@@ -154,6 +155,8 @@ def make_big_array(
         dtype: float (uniform in [0, 1)), integer (in [0, 100]) or bool.
         seed: the same seed, shape and dtype give a byte-identical file.
         overwrite: replace an existing file.
+        progress: optional ``progress(written_bytes, total_bytes)``, called after each chunk (the CLI draws
+            a bar with it; a notebook can update an ipywidgets ``IntProgress``).
 
     Returns:
         The saved ``Manifest``; ``params`` holds ``shape``, ``dtype`` and ``nbytes``.
@@ -183,7 +186,10 @@ def make_big_array(
             header = {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False, "shape": shape_t}
             np.lib.format.write_array_header_1_0(fh, header)  # ndim <= 64 always fits version 1.0
             for index, start in enumerate(range(0, count, CHUNK_ELEMENTS)):
-                fh.write(_chunk(seed, index, min(CHUNK_ELEMENTS, count - start), dt).data)
+                n = min(CHUNK_ELEMENTS, count - start)
+                fh.write(_chunk(seed, index, n, dt).data)
+                if progress is not None:
+                    progress((start + n) * dt.itemsize, data_bytes)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

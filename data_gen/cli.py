@@ -106,6 +106,27 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _ByteProgress:
+    """A progress bar on stderr for big writes: redrawn in place on a terminal, every 10% otherwise."""
+
+    def __init__(self, stream=None, min_bytes: int = 64 * 2**20):
+        self.stream, self.min_bytes, self.last = stream or sys.stderr, min_bytes, -1
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < self.min_bytes:
+            return
+        pct = int(100 * done / max(total, 1))
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        if pct == self.last or (not tty and pct // 10 == self.last // 10 and done < total):
+            return
+        self.last = pct
+        bar = "#" * (pct // 4) + "." * (25 - pct // 4)
+        end = "\n" if done >= total or not tty else ""
+        start = "\r" if tty else ""
+        self.stream.write(f"{start}[{bar}] {pct:3d}% {done / 2**20:.0f}/{total / 2**20:.0f} MiB{end}")
+        self.stream.flush()
+
+
 def _check_counts(args: argparse.Namespace) -> None:
     """Catch the most common slips with the flag's own name in the message."""
     if args.n is not None and args.n < 1:
@@ -149,7 +170,8 @@ def _run(args: argparse.Namespace) -> str:
             raise ValueError("give exactly one of --n (elements), --nbytes and --shape, e.g. --nbytes 256M")
         shape = [args.n] if args.n is not None else args.shape
         m = make_big_array(
-            args.out, nbytes=args.nbytes, shape=shape, dtype=args.dtype, seed=args.seed, overwrite=args.force
+            args.out, nbytes=args.nbytes, shape=shape, dtype=args.dtype, seed=args.seed, overwrite=args.force,
+            progress=_ByteProgress(),
         )
         p = m.params
         size = f"{p['nbytes'] / 2**20:.1f} MiB"

@@ -1,4 +1,4 @@
-"""``python -m labutils COMMAND``: doctor, diagnose, tour, run (argparse subcommands).
+"""``python -m labutils COMMAND``: doctor, diagnose, tour, run, cheatsheet (argparse subcommands).
 
 Each subcommand keeps its own parser (``doctor_main``, ``diagnose_main``, ``tour_main``, ``run_main``);
 this one picks the command and hands it the rest of the command line, so ``python -m labutils
@@ -17,6 +17,7 @@ COMMANDS = {
     "run": "one scenario (run SCENARIO), broken then fixed, with the full evidence",
     "diagnose": "run a training script or notebook isolated and name the cause of its crash",
     "doctor": "check this machine for multi-process data loading",
+    "cheatsheet": "print the error text -> cause -> fix table (Markdown) from the cause catalogue",
 }
 
 
@@ -46,6 +47,10 @@ def _dispatch(command: str, rest: list) -> int:
         from .diagnose_cli import diagnose_main
 
         return diagnose_main(rest)
+    if command == "cheatsheet":
+        from .cheatsheet import cheatsheet_main
+
+        return cheatsheet_main(rest)
     if command == "tour":
         from .tour import tour_main
 

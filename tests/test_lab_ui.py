@@ -31,11 +31,11 @@ def test_run_broken_then_fixed_gives_the_expected_cause_and_ok():
 
 
 def test_bad_input_is_reported_in_the_status_line():
-    ui = LabUI("worker_exception")
+    ui = LabUI("fd_limit")  # offers the open-files limit
     ui.nofile.value = "many"
     assert ui.run() is None
     assert "not a whole number" in ui.status.value
-    ui.nofile.value = ""
+    ui.scenario.value = "oom_killed"  # offers the memory budget
     ui.memory_budget.value = "lots"
     assert ui.run() is None and "lots" in ui.status.value
 

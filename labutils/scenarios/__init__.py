@@ -14,12 +14,18 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-__all__ = ["KNOBS", "RunOptions", "SCENARIOS", "SCENARIO_DIR", "Scenario", "get_scenario"]
+__all__ = ["KNOBS", "LOADER_KNOBS", "RunOptions", "SCENARIOS", "SCENARIO_DIR", "Scenario", "get_scenario"]
 
 SCENARIO_DIR = os.path.dirname(os.path.abspath(__file__))
 
 #: The run options a scenario may accept as knobs (the names of :class:`RunOptions`).
 KNOBS = ("start_method", "timeout", "stall", "memory_budget", "shm_size", "nofile")
+#: Knobs on the DataLoader itself. Each reaches the script as an environment variable ``LAB_<NAME>``
+#: (``LAB_NUM_WORKERS=4``; booleans "1"/"0"); the script reads it with its lesson's own value as the
+#: default, so ``python script.py`` is unchanged. A scenario lists one only when both scripts read it.
+LOADER_KNOBS = ("num_workers", "batch_size", "prefetch_factor", "pin_memory", "persistent_workers",
+                "sharing_strategy")
+KNOBS = KNOBS + LOADER_KNOBS
 
 
 @dataclass(frozen=True)
@@ -88,10 +94,10 @@ _SPAWN = RunOptions(timeout=90, start_method="spawn")
 _FIXED_METHOD = ("timeout",)  # the lesson belongs to one start method: the script or the run pins it
 SCENARIOS: dict = {s.id: s for s in [
     Scenario("ok", "A healthy loop: 2 workers, a linear model", "ok_healthy.py", "ok_healthy.py", "ok",
-             "01_read_the_error"),
+             "01_read_the_error", knobs=("start_method", "timeout") + LOADER_KNOBS),
     Scenario("worker_exception", "A mislabelled row raises KeyError in __getitem__",
              "worker_exception_broken.py", "worker_exception_fixed.py", "worker_exception",
-             "01_read_the_error"),
+             "01_read_the_error", knobs=("start_method", "timeout", "num_workers", "batch_size")),
     Scenario("unpicklable_dataset", "spawn: the dataset holds an open file handle",
              "unpicklable_dataset_broken.py", "unpicklable_dataset_fixed.py", "unpicklable_dataset",
              "02_spawn_and_pickling", _SPAWN, _SPAWN, knobs=_FIXED_METHOD),
@@ -108,16 +114,17 @@ SCENARIOS: dict = {s.id: s for s in [
              "oom_killed_broken.py", "oom_killed_fixed.py", "oom_killed", "04_memory_and_oom",
              RunOptions(timeout=90, memory_budget="800M"), RunOptions(timeout=90, memory_budget="800M"),
              note="the run's memory limit kills over budget, as the kernel OOM killer would",
-             knobs=("start_method", "timeout", "memory_budget")),
+             knobs=("start_method", "timeout", "memory_budget", "num_workers", "batch_size")),
     Scenario("shm_exhausted", "12 MiB float batches through an 8 MiB /dev/shm",
              "shm_exhausted_broken.py", "shm_exhausted_fixed.py", "shm_exhausted", "05_shared_memory",
              RunOptions(timeout=90, shm_size="8M"), RunOptions(timeout=90, shm_size="8M"),
              note="needs a private mount namespace; reported unsupported where the OS refuses",
-             knobs=("start_method", "timeout", "shm_size")),
+             knobs=("start_method", "timeout", "shm_size", "num_workers", "batch_size",
+                     "prefetch_factor")),
     Scenario("fd_limit", "Keeping every batch alive with RLIMIT_NOFILE=128",
              "fd_limit_broken.py", "fd_limit_fixed.py", "fd_limit", "06_file_descriptors",
              RunOptions(timeout=60, nofile=128), RunOptions(timeout=60, nofile=128),
-             knobs=("start_method", "timeout", "nofile")),
+             knobs=("start_method", "timeout", "nofile", "num_workers", "batch_size", "sharing_strategy")),
     Scenario("worker_exit", "A helper calls sys.exit(2) inside a worker on a missing file",
              "worker_exit_broken.py", "worker_exit_fixed.py", "worker_exit", "01_read_the_error"),
     Scenario("timeout", "A lock held by a thread at fork time; DataLoader(timeout=2)",

@@ -1,7 +1,17 @@
 """Run a model over a dataset and keep every batch of outputs for an evaluation at the end."""
 
+import os
+
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+# The lab's knobs (notebooks/09_interactive_lab.ipynb) arrive as LAB_* environment variables; the
+# defaults are this lesson's own values, so `python this_script.py` runs the lesson unchanged.
+NUM_WORKERS = int(os.environ.get("LAB_NUM_WORKERS", "2"))
+BATCH_SIZE = int(os.environ.get("LAB_BATCH_SIZE", "4"))
+SHARING_STRATEGY = os.environ.get("LAB_SHARING_STRATEGY", "file_descriptor")
+# at import, so that spawn and forkserver workers (which import this script) use it too
+torch.multiprocessing.set_sharing_strategy(SHARING_STRATEGY)
 
 
 class Samples(Dataset):
@@ -14,7 +24,7 @@ class Samples(Dataset):
 
 if __name__ == "__main__":
     kept = []
-    for batch in DataLoader(Samples(), batch_size=4, num_workers=2):
+    for batch in DataLoader(Samples(), batch_size=BATCH_SIZE, num_workers=NUM_WORKERS):
         kept.append(batch)
     labels = torch.cat([b["label"] for b in kept])
     print("evaluated", len(labels), "samples")

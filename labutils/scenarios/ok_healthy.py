@@ -1,7 +1,20 @@
 """A small, healthy training loop: synthetic features, 2 workers, a linear model."""
 
+import os
+
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+# The lab's knobs (notebooks/09_interactive_lab.ipynb) arrive as LAB_* environment variables; the
+# defaults are this lesson's own values, so `python this_script.py` runs the lesson unchanged.
+NUM_WORKERS = int(os.environ.get("LAB_NUM_WORKERS", "2"))
+BATCH_SIZE = int(os.environ.get("LAB_BATCH_SIZE", "32"))
+PREFETCH_FACTOR = int(os.environ.get("LAB_PREFETCH_FACTOR", "2"))
+PIN_MEMORY = os.environ.get("LAB_PIN_MEMORY", "0") == "1"
+PERSISTENT_WORKERS = os.environ.get("LAB_PERSISTENT_WORKERS", "0") == "1"
+SHARING_STRATEGY = os.environ.get("LAB_SHARING_STRATEGY", "file_descriptor")
+# at import, so that spawn and forkserver workers (which import this script) use it too
+torch.multiprocessing.set_sharing_strategy(SHARING_STRATEGY)
 
 
 class Features(Dataset):
@@ -21,7 +34,15 @@ def main():
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(Features(), batch_size=32, shuffle=True, num_workers=2)
+    loader = DataLoader(
+        Features(),
+        batch_size=BATCH_SIZE,
+        shuffle=True,
+        num_workers=NUM_WORKERS,
+        prefetch_factor=PREFETCH_FACTOR if NUM_WORKERS else None,
+        pin_memory=PIN_MEMORY,
+        persistent_workers=PERSISTENT_WORKERS and NUM_WORKERS > 0,
+    )
     for epoch in range(2):
         total = 0.0
         for x, y in loader:

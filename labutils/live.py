@@ -1,0 +1,234 @@
+"""The lab's live view: what the runner's own sampler reports while a run goes, drawn as a growing chart.
+
+:class:`LiveRecorder` is the listener handed to :func:`labutils.run_isolated` (``on_sample=rec.on_sample,
+on_event=rec.on_event``): it only stores what the monitor thread reports (no second sampler) and names
+the processes ("main", "worker 0", ...). :func:`render_png` draws what was recorded so far: memory
+(RSS and USS) per process, open fds, /dev/shm pages in use, batches delivered, and a red line where a
+process died, labelled with its exit status and who killed it. :class:`LiveView` redraws into an
+ipywidgets ``Image`` from its own thread, a few times a second, so a slow redraw never delays the
+monitor (which also enforces the memory budget).
+"""
+
+from __future__ import annotations
+
+import io
+import signal as _signal
+import threading
+import time
+from typing import Optional
+
+__all__ = ["LiveRecorder", "LiveView", "death_text", "render_png"]
+
+MIB = 1024 * 1024
+MAX_POINTS = 400  # per line drawn: keeps a redraw fast however long the run
+
+
+def _signame(num: int) -> str:
+    try:
+        return _signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def death_text(event: dict, label: str = "") -> str:
+    """``worker 1 died: SIGKILL (by watchdog)`` from one ``on_event`` record."""
+    who = label or f"{event.get('role', 'process')} {event.get('pid')}"
+    if event.get("signal"):
+        how = _signame(int(event["signal"]))
+    elif event.get("exitcode") is not None:
+        how = f"exit code {event['exitcode']}"
+    else:
+        how = "ended (status not seen)"
+    by = {"watchdog": "the lab's memory watchdog", "kernel_oom": "the kernel's OOM killer"}.get(event.get("by"))
+    return f"{who} died: {how}" + (f" (killed by {by})" if by else "")
+
+
+class LiveRecorder:
+    """Thread-safe store of one run's samples and deaths, as the runner's monitor reports them."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.samples: list = []
+        self.events: list = []
+        self.version = 0  # bumped on every record: the view redraws only when it moved
+        self.started = time.time()
+        self.first_sample_s: Optional[float] = None  # seconds from the recorder's start to the first sample
+        self._offset: Optional[float] = None  # wall time minus the monitor's clock (events carry wall time)
+        self._names: dict = {}
+        self._workers = 0
+
+    # ------------------------------------------------------------------ listeners (monitor thread)
+    def on_sample(self, sample: dict) -> None:
+        now = time.time()
+        with self._lock:
+            if self.first_sample_s is None:
+                self.first_sample_s = now - self.started
+            offset = now - float(sample.get("t", 0.0))
+            self._offset = offset if self._offset is None else min(self._offset, offset)
+            self._name(sample)
+            self.samples.append(dict(sample))
+            self.version += 1
+
+    def on_event(self, event: dict) -> None:
+        with self._lock:
+            self._name(event)
+            self.events.append(dict(event))
+            self.version += 1
+
+    def _name(self, rec: dict) -> str:
+        pid = rec.get("pid")
+        if pid not in self._names:
+            role = rec.get("role")
+            if role == "main":
+                self._names[pid] = "main"
+            elif role == "worker":
+                self._names[pid] = f"worker {self._workers}"
+                self._workers += 1
+            else:
+                self._names[pid] = f"{rec.get('name') or 'process'} {pid}"
+        return self._names[pid]
+
+    # ------------------------------------------------------------------ views (any thread)
+    def label(self, pid: int) -> str:
+        return self._names.get(pid, str(pid))
+
+    def snapshot(self) -> dict:
+        """``{"series": {label: {t, rss, uss, fds, shm}}, "batches": (t, n), "deaths": [(t, text)]}``."""
+        with self._lock:
+            samples, events, offset = list(self.samples), list(self.events), self._offset
+            names = dict(self._names)
+        series: dict = {}
+        bt, bn = [], []
+        for s in samples:
+            label = names.get(s["pid"], str(s["pid"]))
+            row = series.setdefault(label, {"t": [], "rss": [], "uss": [], "fds": [], "shm": []})
+            row["t"].append(s["t"])
+            row["rss"].append((s.get("rss") or 0) / MIB)
+            row["uss"].append((s["uss"] / MIB) if s.get("uss") is not None else float("nan"))
+            row["fds"].append(s["fds"] if s.get("fds") is not None else float("nan"))
+            row["shm"].append((s.get("shm_bytes") or 0) / MIB)
+            if s.get("batches") is not None:
+                bt.append(s["t"])
+                bn.append(s["batches"])
+        deaths = []
+        for e in events:
+            t = (e["t"] - offset) if offset is not None else (e["t"] - self.started)
+            deaths.append((max(t, 0.0), death_text(e, names.get(e.get("pid"), ""))))
+        return {"series": series, "batches": (bt, bn), "deaths": deaths, "n_samples": len(samples)}
+
+
+def render_png(
+    rec: LiveRecorder, title: str = "", running: bool = True, width: float = 9.5, height: float = 5.2
+) -> bytes:
+    """The chart of everything recorded so far, as PNG bytes (matplotlib's Agg; no pyplot state)."""
+    from matplotlib.figure import Figure
+
+    snap = rec.snapshot()
+    fig = Figure(figsize=(width, height), dpi=80, layout="constrained")
+    axes = fig.subplots(2, 2, sharex=True)
+    (ax_mem, ax_fds), (ax_shm, ax_bat) = axes
+    colours = {}
+    palette = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#bf3989", "#57606a"]
+    for i, (label, row) in enumerate(snap["series"].items()):
+        c = colours[label] = palette[i % len(palette)]
+        step = max(1, len(row["t"]) // MAX_POINTS)  # a long run: every step-th sample, and the latest
+        if step > 1:
+            row = {k: v[::step] + v[-1:] for k, v in row.items()}
+        ax_mem.plot(row["t"], row["rss"], color=c, label=f"{label} RSS")
+        ax_mem.plot(row["t"], row["uss"], color=c, linestyle="--", linewidth=1)
+        ax_fds.plot(row["t"], row["fds"], color=c, label=label)
+        ax_shm.plot(row["t"], row["shm"], color=c, label=label)
+    bt, bn = snap["batches"]
+    ax_bat.plot(bt, bn, color="#0969da")
+    ax_mem.set_ylabel("memory (MiB)\nRSS solid, USS dashed")
+    ax_fds.set_ylabel("open fds")
+    ax_shm.set_ylabel("/dev/shm in use (MiB)")
+    ax_bat.set_ylabel("batches delivered")
+    for ax in (ax_shm, ax_bat):
+        ax.set_xlabel("seconds since the run started")
+    t_end = max([row["t"][-1] for row in snap["series"].values() if row["t"]] + [d[0] for d in snap["deaths"]] + [0.5])
+    for ax in axes.flat:
+        ax.set_xlim(0, t_end * 1.05)
+        ax.grid(alpha=0.3)
+    for t, text in snap["deaths"]:
+        for ax in axes.flat:
+            ax.axvline(t, color="#cf222e", linewidth=1.5, alpha=0.8)
+        ax_mem.annotate(
+            text,
+            xy=(t, 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=8,
+            color="#cf222e",
+            rotation=90,
+            va="top",
+            ha="right",
+        )
+    if snap["series"]:
+        ax_fds.legend(fontsize=8, loc="upper left")
+    state = "running" if running else "finished"
+    fig.suptitle(f"{title}  [{state}, {snap['n_samples']} samples, {len(snap['deaths'])} deaths]", fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+class LiveView:
+    """An ``ipywidgets.Image`` that shows a :class:`LiveRecorder` while a run goes (redraws from a thread)."""
+
+    def __init__(self, interval: float = 0.33):
+        import ipywidgets as w
+
+        self.interval = interval  # ~3 redraws a second at most
+        self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        self.image.add_class("lab-chart")
+        self.caption = w.HTML()
+        self.caption.add_class("lab-chart-caption")
+        self.widget = w.VBox([self.caption, self.image])
+        self.redraws = 0
+        self.recorder: Optional[LiveRecorder] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.title = ""
+
+    def start(self, title: str = "") -> LiveRecorder:
+        """A fresh recorder, and the redraw thread that follows it until :meth:`stop`."""
+        self.stop()
+        self.title = title
+        self.redraws = 0
+        self.recorder = LiveRecorder()
+        self._stop = threading.Event()
+        self.caption.value = f"<b>{title}</b>: starting..."
+        self._thread = threading.Thread(
+            target=self._loop, args=(self.recorder, self._stop), daemon=True, name="labutils-live-view"
+        )
+        self._thread.start()
+        return self.recorder
+
+    def _loop(self, rec: LiveRecorder, stop: threading.Event) -> None:
+        drawn = -1
+        while not stop.wait(self.interval):
+            if rec.version != drawn:
+                drawn = rec.version
+                self._draw(rec, running=True)
+
+    def _draw(self, rec: LiveRecorder, running: bool) -> None:
+        try:
+            self.image.value = render_png(rec, self.title, running=running)
+            self.redraws += 1
+            n = len(rec.samples)
+            first = "" if rec.first_sample_s is None else f", first sample after {rec.first_sample_s:.2f} s"
+            self.caption.value = (
+                f"<b>{self.title}</b>: {'running' if running else 'finished'}, "
+                f"{n} samples{first}, chart redrawn {self.redraws} times"
+            )
+        except Exception as exc:  # noqa: BLE001 - a drawing failure must not stop the run
+            self.caption.value = f"chart failed: {exc!r}"
+
+    def stop(self) -> None:
+        """Stop the redraw thread and draw the final state (also for a run shorter than one redraw)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=10)
+            self._thread = None
+            if self.recorder is not None:
+                self._draw(self.recorder, running=False)
