@@ -1369,19 +1369,20 @@ def _worker_pids_named(chain: list) -> list:
     return pids
 
 
-def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
-    """The diagnosis of a failed torchrun launch: the root-cause rank explained as its own script."""
-    text = "\n".join(e.message for e in facts.ended if e.type == "ChildFailedError")
-    failures = torchrun_failures(text or facts.stderr)
-    if not failures or not failures[0]["root"]:
-        return None
-    root = failures[0]
-    rank, code = root["rank"], root["exitcode"]
+# a rank that failed because another rank died: the collective's connection broke (gloo, NCCL)
+_PEER_ECHO = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crash|"
+                        r"Broken pipe|NCCL communicator was aborted|Watchdog caught collective operation timeout|"
+                        r"recvBytes|Socket Timeout", re.I)
+
+
+def _rank_verdict(facts: _Facts, failure: dict) -> dict:
+    """Explain one failed rank from its own printed traceback, like a script of its own."""
+    rank, code = failure["rank"], failure["exitcode"]
     own = rank_output(facts.stderr, rank)
     origin = f"rank {rank}'s own traceback on stderr ([rank{rank}]: lines)"
     chain = _last_printed_chain(own) if own else []
-    if not chain and "Traceback (most recent call last):" in root["traceback"]:
-        chain, origin = _last_printed_chain(root["traceback"]), "the traceback in torchrun's Root Cause block"
+    if not chain and "Traceback (most recent call last):" in failure["traceback"]:
+        chain, origin = _last_printed_chain(failure["traceback"]), "the traceback in torchrun's failure block"
     if not chain and not own:  # torch < 2.2 prints rank lines without a prefix: the whole stderr, less sure
         text = facts.stderr
         cut = text.rfind("ChildFailedError")
@@ -1399,25 +1400,59 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
     cause, mine, conf, others, recovered = _decide(sub)
     if not chain and sub.main_signal is None:
         cause, conf = UNKNOWN, "low"
+    echo = bool(chain) and cause == "outside_loader" and bool(_PEER_ECHO.search(chain[0].message))
+    stopped = failure["signal"] == "SIGTERM" and not chain
+    return {"failure": failure, "cause": cause, "mine": mine, "conf": conf, "others": others,
+            "recovered": recovered, "chain": chain, "origin": origin, "sub": sub, "echo": echo or stopped}
+
+
+def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
+    """The diagnosis of a failed torchrun launch: the first failed rank explained as its own script.
+
+    torchrun's root cause is the first failure it *observed*; without ``@record`` two ranks that exit
+    in the same instant are ordered arbitrarily, and a peer whose collective broke because the other rank
+    died can be named. Such an echo (a gloo/NCCL connection error outside data loading, or a rank stopped
+    with SIGTERM) is passed over for a failed rank with a cause of its own, and the evidence says so.
+    """
+    text = "\n".join(e.message for e in facts.ended if e.type == "ChildFailedError")
+    failures = torchrun_failures(text or facts.stderr)
+    if not failures or not failures[0]["root"]:
+        return None
+    verdicts = [_rank_verdict(facts, f) for f in failures]
+    chosen = next((v for v in verdicts if not v["echo"]), verdicts[0])
+    root = chosen["failure"]
+    rank, code = root["rank"], root["exitcode"]
+    cause, mine, conf, sub = chosen["cause"], chosen["mine"], chosen["conf"], chosen["sub"]
     where = f"rank {rank} (local rank {root['local_rank']}, pid {root['pid']})"
     how = f"killed by {root['signal'] or _signame(-code)}" if isinstance(code, int) and code < 0 \
         else f"exit code {code}"
     head = f"torchrun: {where} failed first ({how})"
-    if cause in CATALOGUE and cause not in ("ok",):
-        summary = f"{head}: {_summary(cause, sub, mine, recovered)}"
+    if cause in CATALOGUE and cause != "ok":
+        summary = f"{head}: {_summary(cause, sub, mine, chosen['recovered'])}"
     else:
         summary = f"{head}; its own output names no cause"
         cause = UNKNOWN if cause == "ok" else cause
-    evidence = [f"torchrun's Root Cause (first observed failure): rank {rank}, local_rank "
-                f"{root['local_rank']}, exitcode {code} (pid {root['pid']}), error_file "
-                f"{root['error_file'] or '<N/A>'}"]
+    first = failures[0]
+    evidence = [f"torchrun's Root Cause (first observed failure): rank {first['rank']}, local_rank "
+                f"{first['local_rank']}, exitcode {first['exitcode']} (pid {first['pid']}), error_file "
+                f"{first['error_file'] or '<N/A>'}"]
+    if root is not first:
+        evidence.append(f"rank {first['rank']}'s failure is an echo (its collective lost the peer that died: "
+                        f"{_short(verdicts[0]['chain'][0].head if verdicts[0]['chain'] else 'stopped', 120)}); "
+                        f"rank {rank} failed with a cause of its own. torchrun orders failures by the time it "
+                        "observed them; @record (torch.distributed.elastic.multiprocessing.errors) makes each "
+                        "rank write its error with its own timestamp")
     evidence += [f"rank {rank}: {f.text}" for f in mine]
-    evidence += [f"rank {rank}, also seen: {f.text}" for f in others if f.text not in (m.text for m in mine)]
-    evidence.append(f"read from {origin}" if chain else f"rank {rank} printed no Python traceback")
-    for f in failures[1:]:
+    evidence += [f"rank {rank}, also seen: {f.text}" for f in chosen["others"] if f.text not in (m.text for m in mine)]
+    evidence.append(f"read from {chosen['origin']}" if chosen["chain"] else f"rank {rank} printed no Python traceback")
+    for v in verdicts:
+        f = v["failure"]
+        if f is root:
+            continue
         state = f"killed by {f['signal']}" if f["signal"] else f"exit code {f['exitcode']}"
-        echo = " (torchrun stopped it after the root cause)" if f["signal"] == "SIGTERM" else ""
-        evidence.append(f"rank {f['rank']} (local rank {f['local_rank']}, pid {f['pid']}): {state}{echo}")
+        note = " (torchrun stopped it after the first failure)" if f["signal"] == "SIGTERM" else \
+            (" (an echo: its collective lost a peer)" if v["echo"] else f" ({v['cause']})")
+        evidence.append(f"rank {f['rank']} (local rank {f['local_rank']}, pid {f['pid']}): {state}{note}")
     evidence.append("launcher (torchrun): " + (f"exit code {facts.returncode}" if facts.returncode is not None
                                                 else "no exit code recorded"))
     try:
@@ -1427,6 +1462,6 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
     variant = next((f.variant for f in mine if f.variant not in (None, "startup")), None)
     launch = {"launcher": "torchrun", "rank": rank, "local_rank": root["local_rank"], "exitcode": code,
               "pid": root["pid"], "signal": root["signal"], "error_file": root["error_file"],
-              "failures": failures}
+              "root_cause_rank": first["rank"], "failures": failures}
     return Diagnosis(cause, summary, evidence, _fixes(cause, variant) if cause in CATALOGUE else [], conf,
-                     "run", recovered, launch)
+                     "run", chosen["recovered"], launch)
