@@ -1388,6 +1388,8 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
         cut = text.rfind("ChildFailedError")
         if cut >= 0:  # leave out the launcher's own traceback
             text = text[:max(text.rfind("Traceback (most recent call last):", 0, cut), 0)]
+        if "Original exception was:" in text:  # the rank's excepthook failed; Python printed the original
+            text = text[text.rfind("Original exception was:"):]
         chain = _last_printed_chain(text)
         origin = "the last traceback on the launch's stderr (no [rankN]: prefixes to tell ranks apart)"
     sub = _Facts(source="run", outcome="failed", returncode=code, stderr=own or facts.stderr,
@@ -1400,6 +1402,14 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
     cause, mine, conf, others, recovered = _decide(sub)
     if not chain and sub.main_signal is None:
         cause, conf = UNKNOWN, "low"
+    line = _SEGV_LINE.search(own or facts.stderr)
+    if line and conf == "low" and cause in ("worker_exit", UNKNOWN) and (chain or sub.main_signal):
+        # the rank saw only an echo of a worker's death (a fetch from its gone socket); the worker's own
+        # C-level line says how it died
+        kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
+        mine = [_Finding(kind, f"stderr: a DataLoader worker printed {line.group(0)!r} before it died", "medium")]
+        others = others + [_Finding(cause, "the rank's own exception was an echo of that death", "low", echo=True)]
+        cause, conf = kind, "medium"
     echo = bool(chain) and cause == "outside_loader" and bool(_PEER_ECHO.search(chain[0].message))
     stopped = failure["signal"] == "SIGTERM" and not chain
     return {"failure": failure, "cause": cause, "mine": mine, "conf": conf, "others": others,

@@ -6,6 +6,7 @@ and 2 DataLoader workers per rank, run isolated; a launch costs about 6-9 s on t
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -123,7 +124,7 @@ def test_a_segfault_in_a_worker_of_rank_1_is_native_crash_on_rank_1(train, no_le
     assert result.outcome == "failed" and result.exceptions[-1].type == "ChildFailedError"
     assert d.cause == "native_crash", d
     assert d.launch["rank"] == 1 and d.launch["launcher"] == "torchrun"
-    assert "rank 1" in d.summary and any("Segmentation fault" in e for e in d.evidence)
+    assert "rank 1" in d.summary and any("segmentation fault" in e.lower() for e in d.evidence)
     others = [f for f in d.launch["failures"] if f["rank"] == 0]
     assert others and (others[0]["signal"] == "SIGTERM" or others[0]["exitcode"] == 1)
     assert result.stray_processes == [] and result.leftover_files == []
@@ -155,7 +156,7 @@ def test_cli_json_names_the_cause_and_the_rank_after_restarts(train, no_leaks):
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     assert report["cause"] == "native_crash" and report["launch"]["rank"] == 1, report["summary"]
-    assert report["stderr"].count("[rank1]: Traceback (most recent call last):") >= 2  # two attempts
+    assert len(re.findall(r"failed \(exitcode: -?\d+\) local_rank: \d+", report["stderr"])) == 2  # 2 attempts
 
 
 @pytest.mark.parametrize("args, text", [
