@@ -1240,6 +1240,8 @@ _TR_FIELD = re.compile(r"^  (time|host|rank|exitcode|error_file|traceback)\s*:\s
 _TR_RANK = re.compile(r"^(\d+) \(local_rank: (\d+)\)")
 _TR_EXIT = re.compile(r"^(-?\d+) \(pid: (\d+)\)\s*(?:\((SIG\w+)\))?")
 _TR_RULE = re.compile(r"^(=+|-+)$")
+_TR_WORKER_LINE = re.compile(r"ERROR: Unexpected (segmentation fault|floating-point exception|bus error) "
+                             r"encountered in worker")
 _TR_LINK = {"The above exception was the direct cause of the following exception:": "cause",
             "During handling of the above exception, another exception occurred:": "context"}
 
@@ -1402,12 +1404,13 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
     cause, mine, conf, others, recovered = _decide(sub)
     if not chain and sub.main_signal is None:
         cause, conf = UNKNOWN, "low"
-    line = _SEGV_LINE.search(own or facts.stderr)
+    line = _TR_WORKER_LINE.search(facts.stderr)  # a worker's own line has no [rankN]: prefix
     if line and conf == "low" and cause in ("worker_exit", UNKNOWN) and (chain or sub.main_signal):
         # the rank saw only an echo of a worker's death (a fetch from its gone socket); the worker's own
         # C-level line says how it died
         kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
-        mine = [_Finding(kind, f"stderr: a DataLoader worker printed {line.group(0)!r} before it died", "medium")]
+        mine = [_Finding(kind, f"stderr: a DataLoader worker of the launch printed {line.group(0)!r} before it "
+                         "died (under forkserver/spawn a rank may not learn its worker's signal)", "medium")]
         others = others + [_Finding(cause, "the rank's own exception was an echo of that death", "low", echo=True)]
         cause, conf = kind, "medium"
     echo = bool(chain) and cause == "outside_loader" and bool(_PEER_ECHO.search(chain[0].message))
