@@ -151,8 +151,8 @@ def labutils(*args, env=None, timeout=120):
 
 
 def test_cli_json_names_the_cause_and_the_rank_after_restarts(train, no_leaks):
-    done = labutils("diagnose", "--json", "--torchrun", "--nproc-per-node", "2", "--max-restarts", "1",
-                    str(train), env={"CRASH": "segv", "CRASH_RANK": "1"})
+    done = labutils("diagnose", "--json", "--timeout", "150", "--torchrun", "--nproc-per-node", "2",
+                    "--max-restarts", "1", str(train), env={"CRASH": "segv", "CRASH_RANK": "1"}, timeout=200)
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     assert report["cause"] == "native_crash" and report["launch"]["rank"] == 1, report["summary"]
