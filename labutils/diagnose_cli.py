@@ -24,7 +24,10 @@ PROG = "python -m labutils diagnose"
 DEFAULT_STALL = 300.0
 DEFAULT_TIMEOUT = None  # no total limit: a long healthy run is not a hang
 
-_EPILOG = """exit status: 0 when the run was diagnosed `ok`, 1 when a cause was found, 2 for a usage error
+_EPILOG = """torchrun: `python -m labutils diagnose --torchrun --nproc-per-node 2 train.py ARGS` launches
+train.py as torchrun would (CPU or GPU, a local rendezvous) and names the first failed rank and why.
+
+exit status: 0 when the run was diagnosed `ok`, 1 when a cause was found, 2 for a usage error
 (missing file, not a Python script or notebook, bad option)."""
 
 
@@ -71,6 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print one JSON object (cause, summary, evidence, fixes, outcome, exit, workers, "
                         "memory_limit, ...) instead of the report")
     p.add_argument("--quiet", action="store_true", help="do not echo the script's own output in the report")
+    tr = p.add_argument_group("torchrun launches", "run SCRIPT with torchrun (torch.distributed.run, "
+                              "--standalone: a local rendezvous on a free port) as one isolated run: the "
+                              "launcher, every rank and their DataLoader workers; the diagnosis names the "
+                              "first failed rank (torchrun's Root Cause block) and its cause")
+    tr.add_argument("--torchrun", action="store_true", help="launch SCRIPT with torchrun instead of python")
+    tr.add_argument("--nproc-per-node", metavar="N", type=_count("--nproc-per-node", 1), default=None,
+                    help="ranks on this machine (with --torchrun; default 1, as torchrun)")
+    tr.add_argument("--max-restarts", metavar="K", type=_count("--max-restarts", 0), default=None,
+                    help="torchrun's --max-restarts: restart every rank up to K times after a failure "
+                         "(with --torchrun; default 0)")
     p.add_argument("script", metavar="SCRIPT", help="a Python script, or a notebook (.ipynb)")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for the script")
     return p
@@ -99,6 +112,20 @@ def _size(name: str):
             raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
         return text
 
+    return parse
+
+
+def _count(name: str, least: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value}: must be at least {least}")
+        return value
+
+    parse.__name__ = name
     return parse
 
 
@@ -133,9 +160,27 @@ def _run_supports(name: str) -> bool:
     return name in inspect.signature(run_isolated).parameters
 
 
+def _check_torchrun(args: argparse.Namespace, kind: str) -> None:
+    """One-line usage errors for the torchrun options."""
+    if not args.torchrun:
+        for flag, value in (("--nproc-per-node", args.nproc_per_node), ("--max-restarts", args.max_restarts)):
+            if value is not None:
+                raise UsageError(f"{flag} is a torchrun option: add --torchrun to launch SCRIPT with torchrun")
+        return
+    if kind == "notebook":
+        raise UsageError("--torchrun launches a Python script, not a notebook")
+    if args.stdin_main:
+        raise UsageError("--stdin-main cannot be used with --torchrun (torchrun runs SCRIPT as a file in each rank)")
+    if args.stall is not None:
+        raise UsageError("--stall cannot watch the ranks' DataLoaders under --torchrun; use --timeout SECONDS "
+                         "for a total limit")
+
+
 def _limits(args: argparse.Namespace) -> dict:
     kw: dict = {"timeout": args.timeout if args.timeout is not None else DEFAULT_TIMEOUT}
     stall = DEFAULT_STALL if args.stall is None else args.stall
+    if getattr(args, "torchrun", False):
+        stall = 0  # the ranks' batches are not counted: a stall watch would stop a healthy launch
     if stall:
         if _run_supports("stall"):
             kw["stall"] = stall
@@ -231,6 +276,8 @@ def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
     cell = getattr(result, "failing_cell", None)
     if cell is not None or script.endswith(".ipynb"):
         out["cell"] = cell
+    if getattr(d, "launch", None) is not None:
+        out["launch"] = d.launch  # torchrun: the first failed rank, its exit code, pid, every failure
     return out
 
 
@@ -275,6 +322,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
                              "has no file")
         if kind == "notebook" and args.args:
             raise UsageError("a notebook takes no arguments")
+        _check_torchrun(args, kind)
         kw = _limits(args)
     except UsageError as exc:
         return _usage_fail(str(exc))
@@ -289,6 +337,11 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if kind == "notebook":
             result = _run_notebook(args.script, kw, interval)
+        elif args.torchrun:
+            from .torchrun import run_torchrun
+
+            result = run_torchrun(args.script, args.args, nproc_per_node=args.nproc_per_node or 1,
+                                  max_restarts=args.max_restarts or 0, sample_interval=interval, **kw)
         else:
             result = run_isolated(file=args.script, argv=args.args, sample_interval=interval, **kw)
     except IsolationError as exc:
