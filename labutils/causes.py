@@ -229,7 +229,11 @@ _ENTRIES = [
              "num_workers=0 to see it in-process, and read the worker stderr", "01"),
             ("Enable faulthandler in workers (labutils.fixes.make_worker_init) to see the last stack", "07"),
         ),
-        messages=("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.",),
+        messages=("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.",
+                  "ConnectionResetError: [Errno 104] Connection reset by peer (in rebuild_storage_fd: an echo of a "
+                  "worker death; read the worker's exit status)",
+                  "EOFError (in rebuild_storage_fd / recvfds: an echo of a worker death; read the worker's exit "
+                  "status)"),
         variants={"sigterm": {
             "summary": "a worker was stopped by SIGTERM from outside the script (not an exit() of its own)",
             "fixes": (

@@ -487,3 +487,65 @@ def test_fetch_race_with_a_dead_worker_is_a_worker_death_not_a_dataset_error():
     assert any("already exited" in line for line in quiet.evidence)
     killed = explain(result(exceptions=[race], workers=workers(-9, 0)))
     assert killed.cause == "oom_killed"
+
+
+# --------------------------------------------------------------------------- echoes of a worker death
+# Frames recorded on this machine (torch 2.13, Python 3.11) from notebook 01's staged hand-over deaths.
+_HANDOVER = ('Traceback (most recent call last):\n'
+             '  File "/v/torch/utils/data/dataloader.py", line 1291, in _try_get_data\n'
+             '    data = self._data_queue.get(timeout=timeout)\n'
+             '  File "/py/multiprocessing/queues.py", line 122, in get\n'
+             '    return _ForkingPickler.loads(res)\n'
+             '  File "/v/torch/multiprocessing/reductions.py", line 538, in rebuild_storage_fd\n'
+             '    fd = df.detach()\n'
+             '  File "/py/multiprocessing/resource_sharer.py", line 58, in detach\n'
+             '    return reduction.recv_handle(conn)\n'
+             '  File "/py/multiprocessing/reduction.py", line 189, in recv_handle\n'
+             '    return recvfds(s, 1)[0]\n')
+RESET_TB = (_HANDOVER + '  File "/py/multiprocessing/reduction.py", line 157, in recvfds\n'
+            '    msg, ancdata, flags, addr = sock.recvmsg(1, socket.CMSG_SPACE(bytes_size))\n'
+            'ConnectionResetError: [Errno 104] Connection reset by peer\n')
+EOF_TB = (_HANDOVER + '  File "/py/multiprocessing/reduction.py", line 159, in recvfds\n    raise EOFError\nEOFError\n')
+KILLED_IN_RECVFDS_TB = (_HANDOVER + '  File "/py/multiprocessing/reduction.py", line 157, in recvfds\n'
+                        '  File "/v/torch/utils/data/_utils/signal_handling.py", line 73, in handler\n'
+                        '    _error_if_any_worker_fails()\n'
+                        'RuntimeError: DataLoader worker (pid 100) is killed by signal: Killed. \n')
+
+
+def _echo_lines(d):
+    return [line for line in d.evidence if "an echo" in line]
+
+
+def test_connection_reset_under_killed_by_signal_is_an_echo_of_the_sigkill():
+    chain = [ExceptionInfo("RuntimeError", "DataLoader worker (pid(s) 100) exited unexpectedly"),
+             ExceptionInfo("RuntimeError", "DataLoader worker (pid 100) is killed by signal: Killed. ", link="cause",
+                           traceback=KILLED_IN_RECVFDS_TB),
+             ExceptionInfo("ConnectionResetError", "[Errno 104] Connection reset by peer", link="context",
+                           traceback=RESET_TB)]
+    d = explain(result(exceptions=chain, workers=workers(-9, 0)))
+    assert d.cause == "oom_killed" and d.confidence == "low", d
+    assert any("ConnectionResetError" in line for line in _echo_lines(d)), d.evidence
+
+
+@pytest.mark.parametrize("exc_type, message, tb", [
+    ("ConnectionResetError", "[Errno 104] Connection reset by peer", RESET_TB),
+    ("EOFError", "", EOF_TB),
+])
+def test_bare_handover_echo_is_named_by_the_worker_exit_status(exc_type, message, tb):
+    echo = ExceptionInfo(exc_type, message, traceback=tb)
+    killed = explain(result(exceptions=[echo], workers=workers(-9, 0)))  # forkserver: no SIGCHLD message
+    assert killed.cause == "oom_killed", killed
+    exited = explain(result(exceptions=[echo], workers=workers(0, 0)))  # a worker that exit(0)ed
+    assert exited.cause == "worker_exit" and exited.cause != "worker_exception", exited
+    for d in (killed, exited):
+        assert any(exc_type in line for line in _echo_lines(d)), d.evidence
+
+
+def test_the_same_errors_outside_the_handover_are_not_echoes():
+    # A ConnectionResetError raised by the user's own code (an HTTP fetch) with no worker death is not one.
+    tb = ('Traceback (most recent call last):\n  File "/home/u/train.py", line 9, in <module>\n    fetch()\n'
+          '  File "/home/u/net.py", line 3, in fetch\n    sock.recv(1)\nConnectionResetError: [Errno 104] '
+          'Connection reset by peer\n')
+    d = explain(result(exceptions=[ExceptionInfo("ConnectionResetError", "[Errno 104] Connection reset by peer",
+                                                 traceback=tb)], workers=workers(0, 0)))
+    assert d.cause == "outside_loader" and not _echo_lines(d), d
