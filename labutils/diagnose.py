@@ -258,6 +258,9 @@ _SHM = re.compile(r"unable to (allocate|open|write to|mmap)[^\n]*shared memory|"
                   r"No space left on device[^\n]*(torch_|/dev/shm)|(torch_|/dev/shm)[^\n]*No space left on device|"
                   r"out of shared memory", re.I)
 _FD = re.compile(r"Too many open files|\[Errno 24\]|received 0 items of ancdata|EMFILE")
+_FORK_REFUSED = re.compile(r"\[Errno 11\] Resource temporarily unavailable|\[Errno 12\] Cannot allocate memory|"
+                           r"can't start new thread")
+_FORK_FUNCS = {"_launch", "spawnv_passfds", "_Popen", "start", "_start_thread", "fork", "fork_exec"}
 _CUDA = re.compile(r"Torch not compiled with CUDA enabled|re-initialize CUDA in forked subprocess|"
                    r"CUDA error|Found no NVIDIA driver|No CUDA GPUs are available|"
                    r"CUDA driver initialization failed")
@@ -534,6 +537,12 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
         return [_Finding("missing_main_guard", f"{where}: {e.type}: {_short(head)}", conf)]
     if _MAIN_ATTR.search(msg) and (bare or spawn_frames) and e.raised_in != "user":
         return [_Finding("main_not_importable", f"{where}: {e.type}: {_short(head)}", conf)]
+    if (e.type in _RESOURCE_TYPES and _FORK_REFUSED.search(msg)
+            and (bare or (spawn_frames and funcs & _FORK_FUNCS))):
+        thread = "thread" in msg
+        return [_Finding("fork_refused", f"{where}: {e.type}: {_short(head)} - the kernel refused a new "
+                         + ("thread" if thread else "process") + " for the DataLoader", conf,
+                         variant="thread" if thread else None)]
     if e.type in _RESOURCE_TYPES and _SHM.search(msg):
         return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)}", conf)]
     if e.type in _RESOURCE_TYPES and _FD.search(msg):
