@@ -195,7 +195,23 @@ _ENTRIES = [
                   "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
                   "memory (shm). (torch before 2.10: SIGBUS)",
                   "RuntimeError: unable to write to file </torch_...>: No space left on device (28) (torch before "
-                  "2.10)"),
+                  "2.10)",
+                  "terminate called after throwing an instance of 'c10::Error' what(): could not unlink the shared "
+                  "memory file /torch_... (a file deleted under the loader)",
+                  "RuntimeError: unable to open shared memory object </torch_...> in read-write mode: No such file "
+                  "or directory (2) (a file deleted under the loader)"),
+        variants={"removed": {
+            "summary": "a /dev/shm file of a batch in flight was deleted under the running loader (what "
+                       "systemd-logind's RemoveIPC=yes does at your last logout, or a job that cleans /dev/shm): "
+                       "/dev/shm was not full",
+            "fixes": (
+                ("Keep the job out of your login sessions: `loginctl enable-linger`, a scheduler or a system "
+                 "service; or RemoveIPC=no in /etc/systemd/logind.conf (`python -m labutils doctor` warns where "
+                 "it applies)", "05"),
+                ("Clean /dev/shm only of files whose creator is gone, never while jobs run", "05"),
+                ("The default file_descriptor strategy unlinks a batch's file at once, so a deletion cannot hit "
+                 "it; file_system keeps every batch by name in /dev/shm", "06"),
+            )}},
     ),
     Cause(
         "fd_limit",
