@@ -626,3 +626,29 @@ def test_the_prefix_alone_decides_not_the_errno_text():
     msg = wrapped("RuntimeError", "checksum mismatch: Success (0)")
     d = explain(result(exceptions=[ExceptionInfo("RuntimeError", msg)], workers=workers(0, 0)))
     assert d.cause == "worker_exception", d
+
+
+# --------------------------------------------------------------------------- /dev/shm files deleted under the loader
+TERMINATE = ("terminate called after throwing an instance of 'c10::Error'\n"
+             "  what():  could not unlink the shared memory file /torch_100_123_1\n")
+
+
+def test_a_deleted_shm_file_that_aborts_the_main_process_is_removed_not_full():
+    d = explain(result(returncode=-6, exceptions=[], workers=workers(0, 0), stderr=TERMINATE))
+    assert d.cause == "shm_exhausted", d
+    assert "deleted" in d.summary and "not full" in d.summary, d.summary
+    assert any("RemoveIPC" in f.text for f in d.fixes)
+
+
+def test_opening_a_deleted_shm_file_is_removed_not_full():
+    tb = ('Traceback (most recent call last):\n'
+          '  File "/v/torch/multiprocessing/reductions.py", line 555, in rebuild_storage_filename\n'
+          '    storage = torch.UntypedStorage._new_shared_filename_cpu(manager, handle, size)\nRuntimeError\n')
+    msg = "unable to open shared memory object </torch_100_123_2> in read-write mode: No such file or directory (2)"
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", msg, traceback=tb)], workers=workers(0, 0)))
+    assert d.cause == "shm_exhausted" and "deleted" in d.summary, d
+
+
+def test_a_main_process_abort_without_the_unlink_line_is_not_blamed_on_shm():
+    d = explain(result(returncode=-6, exceptions=[], workers=workers(0, 0), stderr="free(): invalid pointer\n"))
+    assert d.cause != "shm_exhausted", d
