@@ -48,7 +48,7 @@ def _join_cgroup(procs_file: str) -> None:
         with open(procs_file, "w", encoding="ascii") as fh:
             fh.write(str(os.getpid()))
     except OSError as exc:
-        print(f"labutils: could not join the run's memory cgroup ({procs_file}: {exc.strerror}); "
+        print(f"labutils: could not join the run's cgroup ({procs_file}: {exc.strerror}); "
               "the run did not start", file=sys.stderr)
         sys.exit(3)
 
@@ -286,6 +286,8 @@ def main() -> int:
         cfg = json.load(fh)
     if cfg.get("cgroup_procs"):
         _join_cgroup(cfg["cgroup_procs"])
+    if cfg.get("pids_procs"):  # max_processes: the run's pids cgroup
+        _join_cgroup(cfg["pids_procs"])
 
     if cfg.get("nofile"):
         import resource
@@ -293,6 +295,10 @@ def main() -> int:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         n = int(cfg["nofile"])
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard if hard == resource.RLIM_INFINITY or hard >= n else n))
+    if cfg.get("nproc"):  # max_processes without a cgroup: the user's tasks now + the run's allowance
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(cfg["nproc"]), resource.getrlimit(resource.RLIMIT_NPROC)[1]))
 
     # The runner sends SIGUSR1 before a hard kill (time limit, stall): where was each process stuck?
     sys.path.append(os.path.join(RUN_DIR, "py"))  # _labutils_child, also for spawn/forkserver workers

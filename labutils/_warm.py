@@ -10,6 +10,8 @@ a fresh interpreter) when starting from the template would not be the same thing
 * the run sets environment variables (``env=``): they must exist before torch is imported;
 * a memory budget or memory figures (``memory_detail``): the run's pages must all be its own from the
   first one (a warm child shares torch's pages with the template, so its USS and its cgroup charge differ);
+* a process limit (``max_processes``): the kernel counts threads too, and a warm child lacks the idle
+  OpenBLAS thread a fresh process has;
 * a private /dev/shm or a systemd scope: a wrapper command starts the run;
 * another interpreter (``python=``), or a platform without fork and pidfds.
 
@@ -53,7 +55,8 @@ def launcher_setting(value: Optional[str]) -> str:
     return chosen
 
 
-def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: bool, python: str) -> Optional[str]:
+def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: bool, python: str,
+            process_limit: bool = False) -> Optional[str]:
     """Why this run must start cold, or None when the template may start it."""
     if setting == "cold":
         return "the cold launcher was asked for"
@@ -65,6 +68,8 @@ def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: 
         return "a memory budget: every page of the run must be charged to the run"
     if detail:
         return "memory figures: the run's USS must include its own copy of torch's pages"
+    if process_limit:
+        return "a process limit: the tasks the kernel counts must be those of a fresh process"
     if prefix:
         return "a wrapper command (private /dev/shm or a systemd scope) starts the run"
     if os.path.realpath(python) != os.path.realpath(sys.executable):

@@ -191,7 +191,27 @@ _ENTRIES = [
         ),
         messages=("RuntimeError: unable to allocate shared memory(shm) for file </torch_...>: No space "
                   "left on device (28)",
-                  "DataLoader worker (pid 4242) is killed by signal: Bus error."),
+                  "DataLoader worker (pid 4242) is killed by signal: Bus error.",
+                  "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
+                  "memory (shm). (torch before 2.10: SIGBUS)",
+                  "RuntimeError: unable to write to file </torch_...>: No space left on device (28) (torch before "
+                  "2.10)",
+                  "terminate called after throwing an instance of 'c10::Error' what(): could not unlink the shared "
+                  "memory file /torch_... (a file deleted under the loader)",
+                  "RuntimeError: unable to open shared memory object </torch_...> in read-write mode: No such file "
+                  "or directory (2) (a file deleted under the loader)"),
+        variants={"removed": {
+            "summary": "a /dev/shm file of a batch in flight was deleted under the running loader (what "
+                       "systemd-logind's RemoveIPC=yes does at your last logout, or a job that cleans /dev/shm): "
+                       "/dev/shm was not full",
+            "fixes": (
+                ("Keep the job out of your login sessions: `loginctl enable-linger`, a scheduler or a system "
+                 "service; or RemoveIPC=no in /etc/systemd/logind.conf (`python -m labutils doctor` warns where "
+                 "it applies)", "05"),
+                ("Clean /dev/shm only of files whose creator is gone, never while jobs run", "05"),
+                ("The default file_descriptor strategy unlinks a batch's file at once, so a deletion cannot hit "
+                 "it; file_system keeps every batch by name in /dev/shm", "06"),
+            )}},
     ),
     Cause(
         "fd_limit",
@@ -220,6 +240,31 @@ _ENTRIES = [
             )}},
     ),
     Cause(
+        "fork_refused",
+        "the kernel refused a new worker process (or thread): a process-count limit (RLIMIT_NPROC, a pids "
+        "cgroup) or no memory to fork",
+        "the kernel refused to create a DataLoader worker: the job reached its limit on processes "
+        "(RLIMIT_NPROC / `ulimit -u`, a container's pids limit) or fork could not get memory",
+        "06_file_descriptors",
+        fixes=(
+            ("Count what the job starts: num_workers processes (times ranks), each with its own threads; "
+             "lower num_workers, or cap threads per worker (torch.set_num_threads(1) in worker_init_fn, "
+             "OMP_NUM_THREADS=1)", "06"),
+            ("Raise the limit where it is set: `ulimit -u` (RLIMIT_NPROC, per user: all your processes count), "
+             "docker run --pids-limit, Kubernetes podPidsLimit, systemd TasksMax", "06"),
+            ("[Errno 12] Cannot allocate memory at fork: the parent is too big to fork under strict "
+             "overcommit; start workers before loading big data, or use spawn/forkserver", "04"),
+        ),
+        messages=("BlockingIOError: [Errno 11] Resource temporarily unavailable (at worker start: os.fork)",
+                  "OSError: [Errno 12] Cannot allocate memory (at worker start: os.fork)",
+                  "RuntimeError: can't start new thread (a queue feeder thread of the DataLoader)"),
+        variants={"thread": {
+            "summary": "the kernel refused a new thread for the DataLoader (a queue's feeder thread): the job "
+                       "reached its limit on tasks, which counts threads as well as processes "
+                       "(RLIMIT_NPROC / `ulimit -u`, a container's pids limit)",
+        }},
+    ),
+    Cause(
         "worker_exit",
         "worker exited with a non-zero exit code without a signal",
         "a worker process ended early (an exit code, or an exit(0) before its work was done) without a "
@@ -229,7 +274,11 @@ _ENTRIES = [
              "num_workers=0 to see it in-process, and read the worker stderr", "01"),
             ("Enable faulthandler in workers (labutils.fixes.make_worker_init) to see the last stack", "07"),
         ),
-        messages=("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.",),
+        messages=("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.",
+                  "ConnectionResetError: [Errno 104] Connection reset by peer (in rebuild_storage_fd: an echo of a "
+                  "worker death; read the worker's exit status)",
+                  "EOFError (in rebuild_storage_fd / recvfds: an echo of a worker death; read the worker's exit "
+                  "status)"),
         variants={"sigterm": {
             "summary": "a worker was stopped by SIGTERM from outside the script (not an exit() of its own)",
             "fixes": (
@@ -297,7 +346,7 @@ _ENTRIES = [
 
 CATALOGUE: dict = {c.id: c for c in _ENTRIES}
 
-#: The vocabulary (DESIGN.md), in catalogue order: ``ok``, the 12 loader causes, ``outside_loader``.
+#: The vocabulary (DESIGN.md), in catalogue order: ``ok``, the 13 loader causes, ``outside_loader``.
 CAUSES = tuple(CATALOGUE)
 #: The causes that blame data loading.
 LOADER_CAUSES = tuple(c for c in CAUSES if c not in ("ok", "outside_loader"))
@@ -305,8 +354,8 @@ LOADER_CAUSES = tuple(c for c in CAUSES if c not in ("ok", "outside_loader"))
 #: When one failure shows the evidence of several causes, the first listed wins. Resource exhaustion is
 #: named before the symptoms it produces (an exception in a worker, a killed worker, a hang); spawn
 #: start-up failures before the exit code or hang they cause; a bare hang is the last resort.
-PRECEDENCE = ("shm_exhausted", "fd_limit", "cuda_in_worker", "missing_main_guard", "main_not_importable",
-              "unpicklable_dataset", "native_crash", "oom_killed", "worker_exception", "timeout",
+PRECEDENCE = ("shm_exhausted", "fd_limit", "fork_refused", "cuda_in_worker", "missing_main_guard",
+              "main_not_importable", "unpicklable_dataset", "native_crash", "oom_killed", "worker_exception", "timeout",
               "worker_exit", "hang", "outside_loader", UNKNOWN)
 
 _UNKNOWN_FIXES = (("Read the exception above: nothing recorded says where it came from", "01"),)

@@ -259,7 +259,12 @@ _SHM = re.compile(r"unable to (allocate|open|write to|mmap)[^\n]*shared memory|"
                   r"unable to write to file </torch_|"
                   r"No space left on device[^\n]*(torch_|/dev/shm)|(torch_|/dev/shm)[^\n]*No space left on device|"
                   r"out of shared memory", re.I)
+_SHM_GONE = re.compile(r"could not unlink the shared memory file|"
+                       r"unable to open shared memory object[^\n]*No such file or directory")
 _FD = re.compile(r"Too many open files|\[Errno 24\]|received 0 items of ancdata|EMFILE")
+_FORK_REFUSED = re.compile(r"\[Errno 11\] Resource temporarily unavailable|\[Errno 12\] Cannot allocate memory|"
+                           r"can't start new thread")
+_FORK_FUNCS = {"_launch", "spawnv_passfds", "_Popen", "start", "_start_thread", "fork", "fork_exec"}
 _CUDA = re.compile(r"Torch not compiled with CUDA enabled|re-initialize CUDA in forked subprocess|"
                    r"CUDA error|Found no NVIDIA driver|No CUDA GPUs are available|"
                    r"CUDA driver initialization failed")
@@ -536,6 +541,16 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
         return [_Finding("missing_main_guard", f"{where}: {e.type}: {_short(head)}", conf)]
     if _MAIN_ATTR.search(msg) and (bare or spawn_frames) and e.raised_in != "user":
         return [_Finding("main_not_importable", f"{where}: {e.type}: {_short(head)}", conf)]
+    if (e.type in _RESOURCE_TYPES and _FORK_REFUSED.search(msg)
+            and (bare or (spawn_frames and funcs & _FORK_FUNCS))):
+        thread = "thread" in msg
+        return [_Finding("fork_refused", f"{where}: {e.type}: {_short(head)} - the kernel refused a new "
+                         + ("thread" if thread else "process") + " for the DataLoader", conf,
+                         variant="thread" if thread else None)]
+    if e.type in _RESOURCE_TYPES and _SHM_GONE.search(msg):
+        return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)} - the file of a batch in flight "
+                         "was gone from /dev/shm (deleted under the loader, not a full /dev/shm)", conf,
+                         variant="removed")]
     if e.type in _RESOURCE_TYPES and _SHM.search(msg):
         return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)}", conf)]
     if e.type in _RESOURCE_TYPES and _FD.search(msg):
@@ -995,6 +1010,11 @@ def _decide(facts: _Facts) -> tuple:
         sig = int(main[0].detail)
         stack = _fatal_stack(facts.stderr)
         in_loader = ("loader" in {k for _, k in stack}) if stack else None
+        if sig == 6 and facts.iters and _SHM_GONE.search(facts.stderr):  # C++ terminate() on a deleted file
+            f = _Finding("shm_exhausted", main[0].text + ": torch's C++ code aborted with 'could not unlink the "
+                         "shared memory file' - a batch's file was deleted from /dev/shm under the loader",
+                         "high", variant="removed")
+            return "shm_exhausted", [f], "high", _episode(facts, last_loader), False
         if single and facts.iters and in_loader is not False:
             f = _Finding("native_crash", main[0].text + ("; its Python stack runs through torch.utils.data"
                                                           if in_loader else "; the DataLoader ran with "

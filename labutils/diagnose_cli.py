@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shm-size", metavar="SIZE", type=_size("--shm-size"),
                    help="run with a private /dev/shm of SIZE (e.g. 8M; Linux, needs mount namespaces)")
     p.add_argument("--nofile", metavar="N", type=_nofile, help="RLIMIT_NOFILE soft limit of the run")
+    p.add_argument("--max-processes", metavar="N", type=_max_processes,
+                   help="at most N tasks (processes and threads) in the run at once: a pids cgroup where the lab "
+                        "may make one, else RLIMIT_NPROC (not for root)")
     p.add_argument("--start-method", metavar="METHOD", type=_method,
                    help="fork, spawn or forkserver for the run's multiprocessing (a notebook's kernel too)")
     p.add_argument("--stdin-main", action="store_true",
@@ -139,6 +142,16 @@ def _nofile(text: str) -> int:
     return value
 
 
+def _max_processes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give an integer") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 2 (the run's main process and its threads)")
+    return value
+
+
 def _method(text: str) -> str:
     if text not in ("fork", "spawn", "forkserver"):
         raise argparse.ArgumentTypeError(f"{text!r}: use fork, spawn or forkserver")
@@ -187,7 +200,7 @@ def _limits(args: argparse.Namespace) -> dict:
         elif args.stall is not None:
             raise UsageError("--stall: this runner cannot watch the loader's progress yet (run_isolated has no "
                              "stall=); use --timeout SECONDS for a total limit")
-    for name in ("memory_budget", "shm_size", "nofile", "start_method"):
+    for name in ("memory_budget", "shm_size", "nofile", "start_method", "max_processes"):
         value = getattr(args, name)
         if value is not None:
             kw[name] = value

@@ -403,6 +403,81 @@ def _check_cuda(info: probes.TorchInfo, method: str) -> CheckResult:
     return CheckResult("cuda", "OK", f"built with CUDA {built}; CUDA {state} in this process", data=data)
 
 
+LOGIND_CONF = "/etc/systemd/logind.conf"
+LOGIND_DROPINS = ("/usr/lib/systemd/logind.conf.d", "/usr/local/lib/systemd/logind.conf.d",
+                  "/run/systemd/logind.conf.d", "/etc/systemd/logind.conf.d")
+SYSTEM_UID_MAX = 999  # logind leaves system users' IPC alone (SYS_UID_MAX of login.defs, usually 999)
+
+
+def _removeipc_setting(main_conf: str, dropin_dirs: Sequence[str]) -> tuple:
+    """``(value or None, files read, files unreadable)`` of logind's RemoveIPC=, later files winning."""
+    import glob
+    import os
+
+    files = [main_conf]
+    dropins: dict = {}
+    for d in dropin_dirs:  # a drop-in of the same name in a later directory replaces the earlier one
+        for path in glob.glob(os.path.join(d, "*.conf")):
+            dropins[os.path.basename(path)] = path
+    files += [dropins[name] for name in sorted(dropins)]
+    value, read, unreadable = None, [], []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            unreadable.append(path)
+            continue
+        read.append(path)
+        section = None
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1].strip()
+            elif section == "Login" and not line.startswith(("#", ";")) and "=" in line:
+                key, _, val = line.partition("=")
+                if key.strip() == "RemoveIPC":
+                    value = val.strip().lower()
+    return value, read, unreadable
+
+
+def _check_removeipc(uid: Optional[int] = None, systemd_running: Optional[bool] = None,
+                     main_conf: str = LOGIND_CONF, dropin_dirs: Sequence[str] = LOGIND_DROPINS) -> CheckResult:
+    """Will systemd-logind delete this user's /dev/shm files and semaphores at their last logout?"""
+    import os
+
+    if not sys.platform.startswith("linux"):
+        return CheckResult("removeipc", "OK", "not Linux: no systemd-logind to remove your IPC at logout")
+    if systemd_running is None:
+        systemd_running = os.path.isdir("/run/systemd/system")  # what sd_booted() tests
+    if not systemd_running:
+        return CheckResult("removeipc", "OK", "systemd is not running here (no /run/systemd/system): no logind "
+                           "removes IPC at logout")
+    uid = os.getuid() if uid is None else uid
+    if uid <= SYSTEM_UID_MAX:
+        return CheckResult("removeipc", "OK", f"uid {uid} is {'root' if uid == 0 else 'a system user'}: "
+                           "logind's RemoveIPC leaves its /dev/shm files alone", data={"uid": uid})
+    value, read, unreadable = _removeipc_setting(main_conf, dropin_dirs)
+    data = {"uid": uid, "value": value, "files": read, "unreadable": unreadable}
+    if value in ("no", "false", "0", "off"):
+        return CheckResult("removeipc", "OK", f"RemoveIPC={value} in {read[-1] if read else main_conf}",
+                           data=data)
+    where = f"RemoveIPC={value}" if value else "RemoveIPC is not set (systemd's default is yes)"
+    if unreadable:
+        where += f"; could not read {', '.join(unreadable)}"
+    return CheckResult(
+        "removeipc", "WARN",
+        f"{where}: when your last session ends (the last SSH logout), systemd-logind deletes your /dev/shm "
+        "files and semaphores, and a loader still running fails (FileNotFoundError on a SemLock, "
+        "'could not unlink the shared memory file')",
+        "keep the job out of your login sessions: `loginctl enable-linger` (your user manager stays), a "
+        "scheduler or a system service; or ask the admin for RemoveIPC=no in /etc/systemd/logind.conf",
+        data=data,
+    )
+
+
 def doctor(
     num_workers: Optional[int] = None,
     batch_bytes: int | str | None = None,
@@ -418,7 +493,8 @@ def doctor(
     what it means), main_importable (can spawn/forkserver children import ``__main__``?), shm (/dev/shm
     size and free space), shm_budget (only with ``batch_bytes``: see :func:`shm_budget`), nofile
     (RLIMIT_NOFILE and open fds), memory (available, cgroup v1/v2 limit), cpus (affinity and cgroup
-    quota versus ``num_workers``), cuda (build, and whether CUDA is initialised before forking).
+    quota versus ``num_workers``), cuda (build, and whether CUDA is initialised before forking),
+    removeipc (will systemd-logind delete this user's /dev/shm files at their last logout?).
 
     Args:
         num_workers: the planned DataLoader num_workers (for the cpus and shm_budget checks).
@@ -449,7 +525,7 @@ def doctor(
             budget.detail += f" (num_workers not given: assumed {workers}, one per CPU)"
         checks.append(budget)
     checks += [_check_nofile(num_workers), _check_memory(), _check_cpus(num_workers),
-               _check_cuda(torch, method)]
+               _check_cuda(torch, method), _check_removeipc()]
     return DoctorReport(checks, time.perf_counter() - t0)
 
 

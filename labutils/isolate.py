@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from . import _cgroup, _procs, _warm
+from . import _cgroup, _pids, _procs, _warm
 from . import startmethod as _startmethod
 from ._sizes import format_size, parse_size
 from .result import ExceptionInfo, ProcessInfo, RunResult
@@ -657,6 +657,7 @@ def run_isolated(
     nofile: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
     notebook_main: bool = False,
+    max_processes: Optional[int] = None,
     cwd: Optional[Target] = None,
     sample_interval: float = 0.05,
     memory_detail: bool = False,
@@ -691,6 +692,9 @@ def run_isolated(
       OS refuses, the outcome is ``unsupported`` with the reason, and nothing runs;
     * ``nofile``: soft RLIMIT_NOFILE inside the run (at most the hard limit); ``env``: extra environment
       variables;
+    * ``max_processes``: at most that many tasks (processes and threads, as the kernel counts them) in the
+      run at once, so a fork beyond it is refused (``BlockingIOError: [Errno 11]``): a child pids cgroup
+      (``pids.max``) where the lab may make one, else RLIMIT_NPROC (not for root); else ``unsupported``;
     * ``notebook_main``: run ``code`` (or the file's text) in a ``__main__`` without ``__file__``, as in a
       notebook or ``python -c``: spawn/forkserver children cannot import classes defined there.
 
@@ -737,6 +741,10 @@ def run_isolated(
         if hard is not None and nofile > hard:
             raise _bad("nofile", nofile, f"is above this machine's hard limit of {hard} open files "
                        f"(`ulimit -Hn`); give at most {hard}")
+    if max_processes is not None and (isinstance(max_processes, bool) or not isinstance(max_processes, int)
+                                      or max_processes < _pids.MIN_MAX_PROCESSES):
+        raise _bad("max_processes", max_processes,
+                   f"give an integer of at least {_pids.MIN_MAX_PROCESSES} (the run's main process and its threads)")
     if notebook_main and func is not None:
         raise IsolationError("notebook_main=True needs code= or file=, not func=")
     for name, fn in (("on_sample", on_sample), ("on_event", on_event)):
@@ -752,6 +760,8 @@ def run_isolated(
                "timeout": timeout, "memory_budget": budget, "shm_size": shm,
                "nofile": nofile, "notebook_main": notebook_main, "env": dict(env or {}),
                "memory_enforcement": enforcement, "stall": stall, "launcher": launcher}
+    if max_processes is not None:
+        options["max_processes"] = max_processes
 
     prefix: list = []
     if shm is not None:
@@ -761,7 +771,7 @@ def run_isolated(
                              options=options)
 
     run_dir = tempfile.mkdtemp(prefix="labutils-run-")
-    cgroup = None
+    cgroup = pids_group = None
     try:
         cfg: dict = {"start_method": start_method, "nofile": nofile}
         if code is not None:
@@ -800,16 +810,32 @@ def run_isolated(
             else:
                 memory_limit = {"enforced_by": "watchdog", "limit": budget, "mechanism": _WATCHDOG_MECHANISM,
                                 "kernel_record": None, "why_not_kernel": reason}
+        if max_processes is not None:
+            plan, reason = _pids.prepare(max_processes)
+            if plan is None or (plan["group"] is not None and cgroup is not None and cgroup.version == 2):
+                reason = reason or "with memory_budget on cgroup v2 the run would need one group for both"
+                return RunResult(outcome="unsupported", options=options,
+                                 reason=f"max_processes={max_processes}: no way to limit the run's processes "
+                                        f"here ({reason}); run it as a user other than root (RLIMIT_NPROC), or "
+                                        "where the lab may create a child cgroup")
+            pids_group = plan["group"]
+            cfg.update(pids_procs=pids_group.procs_file if pids_group else None, nproc=plan["nproc"])
+            options["process_limit"] = {"limit": max_processes, "mechanism": plan["mechanism"], "refused": None}
         os.mkdir(os.path.join(run_dir, "py"))
         shutil.copyfile(_CHILD, os.path.join(run_dir, "py", "_labutils_child.py"))
         with open(os.path.join(run_dir, "config.json"), "w", encoding="utf-8") as fh:
             json.dump(cfg, fh)
-        return _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, sample_interval,
-                        memory_detail, python or sys.executable, cgroup, memory_limit, stall, on_sample,
-                        on_event)
+        result = _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, sample_interval,
+                          memory_detail, python or sys.executable, cgroup, memory_limit, stall, on_sample,
+                          on_event)
+        if pids_group is not None:  # the kernel's count of refused forks, read before the group goes
+            result.options["process_limit"]["refused"] = (_pids.current(pids_group) or {}).get("refused")
+        return result
     finally:
         if cgroup is not None:
             cgroup.remove()
+        if pids_group is not None:
+            pids_group.remove()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -876,7 +902,8 @@ def _execute(run_dir, cfg, options, prefix, shm, budget, timeout, env, cwd, inte
     t0 = time.monotonic()
     setting = options.get("launcher", "auto")
     why_cold = _warm.refusal(setting, env=env, prefix=[*prefix, *(cgroup.prefix if cgroup is not None and
-                             cgroup.prefix else [])], budget=budget, detail=detail, python=python)
+                             cgroup.prefix else [])], budget=budget, detail=detail, python=python,
+                             process_limit="process_limit" in options)
     if setting == "warm" and why_cold is not None:
         raise IsolationError(f"launcher='warm' is not possible for this run: {why_cold}; use 'auto'")
     proc = None

@@ -34,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stall", type=float, metavar="SECONDS")
     p.add_argument("--shm-size")
     p.add_argument("--nofile", type=int)
+    p.add_argument("--max-processes", type=int)
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--notebook-main", action="store_true")
     p.add_argument("--memory-detail", action="store_true")
@@ -44,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _OPTION_OF = {name: "--" + name.replace("_", "-") for name in (
-    "start_method", "timeout", "memory_budget", "memory_enforcement", "stall", "shm_size", "nofile")}
+    "start_method", "timeout", "memory_budget", "memory_enforcement", "stall", "shm_size", "nofile",
+    "max_processes")}
 
 
 def isolate_cell(line: str, cell: str, user_ns: dict):
@@ -63,7 +65,8 @@ def isolate_cell(line: str, cell: str, user_ns: dict):
                               memory_budget=opts.memory_budget, shm_size=opts.shm_size, nofile=opts.nofile,
                               env=env, notebook_main=opts.notebook_main, memory_detail=opts.memory_detail,
                               memory_enforcement=opts.memory_enforcement, stall=opts.stall,
-                              launcher=opts.launcher)
+                              launcher=opts.launcher,
+                              **({"max_processes": opts.max_processes} if opts.max_processes is not None else {}))
     except IsolationError as exc:
         if exc.argument in _OPTION_OF:  # name the option the user typed, not the Python argument
             raise IsolationError(f"%%isolate: {exc.for_option(_OPTION_OF[exc.argument])}") from None

@@ -353,3 +353,36 @@ RECORDED_8M = [
     ("batch 3 MiB in a 64 MiB /dev/shm", "ok"),
 ]
 
+
+
+def remove_files_of(pids, path: str = SHM_PATH) -> list:
+    """Delete the ``torch_<pid>_*`` files of ``path`` that these live processes created; return their names.
+
+    What systemd-logind's ``RemoveIPC=yes`` does to a user's shared memory at their last logout, limited to
+    the caller's own processes for notebook 05's demonstration. A file counts as a process's only by its
+    name *and* its time: changed after that process started (an earlier holder of the same pid number made
+    the others). Pids that are gone are skipped: their number may belong to someone else now.
+    """
+    import psutil
+
+    started = {}
+    for pid in pids:
+        try:
+            started[int(pid)] = psutil.Process(int(pid)).create_time()
+        except (psutil.Error, ValueError):
+            continue
+    removed = []
+    for name in sorted(shm_names(path)):
+        parts = name.split("_")
+        if not (name.startswith("torch_") and len(parts) > 2 and parts[1].isdigit()):
+            continue
+        born = started.get(int(parts[1]))
+        full = os.path.join(path, name)
+        try:
+            if born is None or os.stat(full).st_mtime < born - 0.02:
+                continue
+            os.unlink(full)
+        except OSError:
+            continue
+        removed.append(name)
+    return removed

@@ -70,7 +70,7 @@ def test_diagnosis_api_shape():
 def test_every_cause_has_fixes_naming_a_notebook():
     from labutils.diagnose import _fixes
 
-    assert len(CAUSES) == 14 and "outside_loader" in CAUSES
+    assert len(CAUSES) == 15 and "outside_loader" in CAUSES
     for cause in CAUSES:
         if cause == "ok":
             continue
@@ -416,7 +416,8 @@ def test_cli_not_python(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["--bogus", "x.py"], ["--timeout", "soon", "x.py"], ["--nofile", "3", "x.py"],
-                                  ["--start-method", "thread", "x.py"], ["--memory-budget", "lots", "x.py"], []])
+                                  ["--start-method", "thread", "x.py"], ["--memory-budget", "lots", "x.py"],
+                                  ["--max-processes", "1", "x.py"], []])
 def test_cli_bad_options(args, tmp_path):
     (tmp_path / "x.py").write_text("print('hi')\n")
     done = cli(*args, cwd=str(tmp_path))
@@ -487,3 +488,167 @@ def test_fetch_race_with_a_dead_worker_is_a_worker_death_not_a_dataset_error():
     assert any("already exited" in line for line in quiet.evidence)
     killed = explain(result(exceptions=[race], workers=workers(-9, 0)))
     assert killed.cause == "oom_killed"
+
+
+# --------------------------------------------------------------------------- echoes of a worker death
+# Frames recorded on this machine (torch 2.13, Python 3.11) from notebook 01's staged hand-over deaths.
+_HANDOVER = ('Traceback (most recent call last):\n'
+             '  File "/v/torch/utils/data/dataloader.py", line 1291, in _try_get_data\n'
+             '    data = self._data_queue.get(timeout=timeout)\n'
+             '  File "/py/multiprocessing/queues.py", line 122, in get\n'
+             '    return _ForkingPickler.loads(res)\n'
+             '  File "/v/torch/multiprocessing/reductions.py", line 538, in rebuild_storage_fd\n'
+             '    fd = df.detach()\n'
+             '  File "/py/multiprocessing/resource_sharer.py", line 58, in detach\n'
+             '    return reduction.recv_handle(conn)\n'
+             '  File "/py/multiprocessing/reduction.py", line 189, in recv_handle\n'
+             '    return recvfds(s, 1)[0]\n')
+RESET_TB = (_HANDOVER + '  File "/py/multiprocessing/reduction.py", line 157, in recvfds\n'
+            '    msg, ancdata, flags, addr = sock.recvmsg(1, socket.CMSG_SPACE(bytes_size))\n'
+            'ConnectionResetError: [Errno 104] Connection reset by peer\n')
+EOF_TB = (_HANDOVER + '  File "/py/multiprocessing/reduction.py", line 159, in recvfds\n    raise EOFError\nEOFError\n')
+KILLED_IN_RECVFDS_TB = (_HANDOVER + '  File "/py/multiprocessing/reduction.py", line 157, in recvfds\n'
+                        '  File "/v/torch/utils/data/_utils/signal_handling.py", line 73, in handler\n'
+                        '    _error_if_any_worker_fails()\n'
+                        'RuntimeError: DataLoader worker (pid 100) is killed by signal: Killed. \n')
+
+
+def _echo_lines(d):
+    return [line for line in d.evidence if "an echo" in line]
+
+
+def test_connection_reset_under_killed_by_signal_is_an_echo_of_the_sigkill():
+    chain = [ExceptionInfo("RuntimeError", "DataLoader worker (pid(s) 100) exited unexpectedly"),
+             ExceptionInfo("RuntimeError", "DataLoader worker (pid 100) is killed by signal: Killed. ", link="cause",
+                           traceback=KILLED_IN_RECVFDS_TB),
+             ExceptionInfo("ConnectionResetError", "[Errno 104] Connection reset by peer", link="context",
+                           traceback=RESET_TB)]
+    d = explain(result(exceptions=chain, workers=workers(-9, 0)))
+    assert d.cause == "oom_killed" and d.confidence == "low", d
+    assert any("ConnectionResetError" in line for line in _echo_lines(d)), d.evidence
+
+
+@pytest.mark.parametrize("exc_type, message, tb", [
+    ("ConnectionResetError", "[Errno 104] Connection reset by peer", RESET_TB),
+    ("EOFError", "", EOF_TB),
+])
+def test_bare_handover_echo_is_named_by_the_worker_exit_status(exc_type, message, tb):
+    echo = ExceptionInfo(exc_type, message, traceback=tb)
+    killed = explain(result(exceptions=[echo], workers=workers(-9, 0)))  # forkserver: no SIGCHLD message
+    assert killed.cause == "oom_killed", killed
+    exited = explain(result(exceptions=[echo], workers=workers(0, 0)))  # a worker that exit(0)ed
+    assert exited.cause == "worker_exit" and exited.cause != "worker_exception", exited
+    for d in (killed, exited):
+        assert any(exc_type in line for line in _echo_lines(d)), d.evidence
+
+
+def test_the_same_errors_outside_the_handover_are_not_echoes():
+    # A ConnectionResetError raised by the user's own code (an HTTP fetch) with no worker death is not one.
+    tb = ('Traceback (most recent call last):\n  File "/home/u/train.py", line 9, in <module>\n    fetch()\n'
+          '  File "/home/u/net.py", line 3, in fetch\n    sock.recv(1)\nConnectionResetError: [Errno 104] '
+          'Connection reset by peer\n')
+    d = explain(result(exceptions=[ExceptionInfo("ConnectionResetError", "[Errno 104] Connection reset by peer",
+                                                 traceback=tb)], workers=workers(0, 0)))
+    assert d.cause == "outside_loader" and not _echo_lines(d), d
+
+
+# --------------------------------------------------------------------------- fork refused
+_WORKER_START = ('Traceback (most recent call last):\n'
+                 '  File "/v/torch/utils/data/dataloader.py", line 1176, in __init__\n    w.start()\n'
+                 '  File "/py/multiprocessing/process.py", line 121, in start\n'
+                 '    self._popen = self._Popen(self)\n')
+FORK_TB = (_WORKER_START + '  File "/py/multiprocessing/popen_fork.py", line 66, in _launch\n'
+           '    self.pid = os.fork()\n')
+SPAWN_TB = (_WORKER_START + '  File "/py/multiprocessing/util.py", line 453, in spawnv_passfds\n'
+            '    return _posixsubprocess.fork_exec(\n')
+THREAD_TB = ('Traceback (most recent call last):\n'
+             '  File "/v/torch/utils/data/dataloader.py", line 1250, in _try_put_index\n'
+             '    self._index_queues[worker_queue_idx].put((self._send_idx, index))\n'
+             '  File "/py/multiprocessing/queues.py", line 177, in _start_thread\n    self._thread.start()\n'
+             '  File "/py/threading.py", line 964, in start\n    _start_new_thread(self._bootstrap, ())\n')
+
+
+@pytest.mark.parametrize("exc_type, message, tb, variant_word", [
+    ("BlockingIOError", "[Errno 11] Resource temporarily unavailable", FORK_TB + "BlockingIOError\n", "process"),
+    ("BlockingIOError", "[Errno 11] Resource temporarily unavailable", SPAWN_TB + "BlockingIOError\n", "process"),
+    ("OSError", "[Errno 12] Cannot allocate memory", FORK_TB + "OSError\n", "process"),
+    ("RuntimeError", "can't start new thread", THREAD_TB + "RuntimeError\n", "thread"),
+])
+def test_a_refused_fork_or_thread_at_worker_start_is_fork_refused(exc_type, message, tb, variant_word):
+    d = explain(result(exceptions=[ExceptionInfo(exc_type, message, traceback=tb)], workers=workers(0, 0)))
+    assert d.cause == "fork_refused" and d.confidence == "high", d
+    assert any(f"refused a new {variant_word}" in line for line in d.evidence), d.evidence
+    assert ("threads as well as processes" in d.summary) == (variant_word == "thread")
+    assert any("ulimit -u" in f.text for f in d.fixes)
+
+
+def test_eagain_from_the_users_own_socket_is_not_fork_refused():
+    tb = ('Traceback (most recent call last):\n  File "/home/u/train.py", line 9, in <module>\n    poll()\n'
+          '  File "/home/u/net.py", line 3, in poll\n    sock.recv(1)\nBlockingIOError\n')
+    d = explain(result(exceptions=[ExceptionInfo("BlockingIOError", "[Errno 11] Resource temporarily unavailable",
+                                                 traceback=tb)], workers=workers(0, 0)))
+    assert d.cause != "fork_refused", d
+
+
+# --------------------------------------------------------------------------- shared memory by torch version
+# torch >= 2.10 reserves a segment up front (posix_fallocate): a full /dev/shm is an exception in the worker.
+# The first text was measured here (torch 2.13); the errno after the colon can be stale (pytorch issue
+# 176069), so only the stable prefix may decide. The torch < 2.10 texts are recorded samples, not runs:
+# only torch 2.13 is installed here.
+SHM_NEW = "unable to allocate shared memory(shm) for file </torch_123_456_0>: No space left on device (28)"
+SHM_NEW_STALE = "unable to allocate shared memory(shm) for file </torch_123_456_0>: Success (0)"
+SHM_OLD_WRITE = "unable to write to file </torch_123_456_0>: No space left on device (28)"  # recorded, torch < 2.10
+BUS_LINE = ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
+            "memory (shm).\n")
+BUS_CAUSE = ("DataLoader worker (pid 100) is killed by signal: Bus error. It is possible that dataloader's "
+             "workers are out of shared memory. Please try to raise your shared memory limit.")
+
+
+@pytest.mark.parametrize("inner", [SHM_NEW, SHM_NEW_STALE, SHM_OLD_WRITE], ids=["2.10+", "2.10+stale-errno", "old"])
+def test_full_shm_as_a_worker_exception_by_torch_version(inner):
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", wrapped("RuntimeError", inner))],
+                       workers=workers(0, 0)))
+    assert d.cause == "shm_exhausted", d
+
+
+def test_full_shm_as_sigbus_in_older_torch_releases():
+    # torch 2.7-2.9 (recorded sample): the worker touches an unbacked page, prints the bus-error line, dies of
+    # SIGBUS; PyTorch's SIGCHLD handler names the signal.
+    with_cause = explain(result(exceptions=died(100, BUS_CAUSE), workers=workers(-7, 0), stderr=BUS_LINE))
+    assert with_cause.cause == "shm_exhausted", with_cause
+    # forkserver: no SIGCHLD message, only the exit status and the worker's line
+    bare = explain(result(exceptions=died(100), workers=workers(-7, 0), stderr=BUS_LINE))
+    assert bare.cause == "shm_exhausted", bare
+
+
+def test_the_prefix_alone_decides_not_the_errno_text():
+    # The same stale errno after another prefix is not shared memory.
+    msg = wrapped("RuntimeError", "checksum mismatch: Success (0)")
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", msg)], workers=workers(0, 0)))
+    assert d.cause == "worker_exception", d
+
+
+# --------------------------------------------------------------------------- /dev/shm files deleted under the loader
+TERMINATE = ("terminate called after throwing an instance of 'c10::Error'\n"
+             "  what():  could not unlink the shared memory file /torch_100_123_1\n")
+
+
+def test_a_deleted_shm_file_that_aborts_the_main_process_is_removed_not_full():
+    d = explain(result(returncode=-6, exceptions=[], workers=workers(0, 0), stderr=TERMINATE))
+    assert d.cause == "shm_exhausted", d
+    assert "deleted" in d.summary and "not full" in d.summary, d.summary
+    assert any("RemoveIPC" in f.text for f in d.fixes)
+
+
+def test_opening_a_deleted_shm_file_is_removed_not_full():
+    tb = ('Traceback (most recent call last):\n'
+          '  File "/v/torch/multiprocessing/reductions.py", line 555, in rebuild_storage_filename\n'
+          '    storage = torch.UntypedStorage._new_shared_filename_cpu(manager, handle, size)\nRuntimeError\n')
+    msg = "unable to open shared memory object </torch_100_123_2> in read-write mode: No such file or directory (2)"
+    d = explain(result(exceptions=[ExceptionInfo("RuntimeError", msg, traceback=tb)], workers=workers(0, 0)))
+    assert d.cause == "shm_exhausted" and "deleted" in d.summary, d
+
+
+def test_a_main_process_abort_without_the_unlink_line_is_not_blamed_on_shm():
+    d = explain(result(returncode=-6, exceptions=[], workers=workers(0, 0), stderr="free(): invalid pointer\n"))
+    assert d.cause != "shm_exhausted", d

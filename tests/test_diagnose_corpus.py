@@ -128,3 +128,11 @@ def test_sigterm_from_outside_names_the_likely_sender(tmp_path, no_leaks):
     assert data["cause"] == "worker_exit", _why(data)
     assert "SIGTERM from outside" in data["summary"] and "SLURM" in data["summary"], _why(data)
     assert "exited with code" not in data["summary"]
+
+
+def test_eoferror_at_the_handover_is_an_echo_of_a_worker_exit(no_leaks):
+    data = diagnose("exit_at_handover.py")
+    assert data["outcome"] == "failed"
+    assert data["cause"] == "worker_exit", _why(data)
+    assert any("EOFError" in e and "an echo" in e for e in data["evidence"]), _why(data)
+    assert "killed by signal" not in "\n".join(data["evidence"])

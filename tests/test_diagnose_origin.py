@@ -60,7 +60,7 @@ def died(pid=100, why=None):
 
 # --------------------------------------------------------------------------- the catalogue
 def test_catalogue_has_every_cause_with_fixes_and_a_notebook():
-    assert len(CAUSES) == 14 and CAUSES[0] == "ok" and "outside_loader" in CAUSES
+    assert len(CAUSES) == 15 and CAUSES[0] == "ok" and "outside_loader" in CAUSES
     assert "outside_loader" not in LOADER_CAUSES and "ok" not in LOADER_CAUSES
     for cause in CAUSES[1:]:
         assert cause in PRECEDENCE

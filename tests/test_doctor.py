@@ -291,3 +291,65 @@ def test_doctor_inside_an_8mib_private_shm_warns():
     assert checks["shm"]["data"]["total_bytes"] == 8 * MiB
     assert checks["shm_budget"]["status"] == "FAIL"  # 3 MiB x 2 x 2 = 12 MiB > 8 MiB
     assert out.returncode == 1 and data["ok"] is False
+
+
+# --------------------------------------------------------------------------- RemoveIPC
+def _logind(tmp_path, main=None, dropins=()):
+    conf = tmp_path / "logind.conf"
+    if main is not None:
+        conf.write_text(main)
+    d = tmp_path / "logind.conf.d"
+    d.mkdir()
+    for name, text in dropins:
+        (d / name).write_text(text)
+    return str(conf), [str(d)]
+
+
+def test_removeipc_warns_for_a_user_by_default(tmp_path):
+    from labutils.doctor import _check_removeipc
+
+    conf, dirs = _logind(tmp_path, "[Login]\n#RemoveIPC=yes\n")
+    c = _check_removeipc(uid=1000, systemd_running=True, main_conf=conf, dropin_dirs=dirs)
+    assert c.status == "WARN" and "default is yes" in c.detail and "enable-linger" in c.advice
+    assert c.data["value"] is None and c.data["files"] == [conf]
+
+
+def test_removeipc_no_in_a_dropin_wins_and_a_later_yes_wins_again(tmp_path):
+    from labutils.doctor import _check_removeipc
+
+    conf, dirs = _logind(tmp_path, "[Login]\nRemoveIPC=yes\n", [("50-keep.conf", "[Login]\nRemoveIPC=no\n")])
+    assert _check_removeipc(uid=1000, systemd_running=True, main_conf=conf, dropin_dirs=dirs).status == "OK"
+    (tmp_path / "logind.conf.d" / "90-site.conf").write_text("[Login]\nRemoveIPC=yes\n")
+    c = _check_removeipc(uid=1000, systemd_running=True, main_conf=conf, dropin_dirs=dirs)
+    assert c.status == "WARN" and "RemoveIPC=yes" in c.detail
+    # a key outside [Login] is not logind's setting
+    other = tmp_path / "other"
+    other.mkdir()
+    conf2, dirs2 = _logind(other, "[Other]\nRemoveIPC=no\n")
+    assert _check_removeipc(uid=1000, systemd_running=True, main_conf=conf2, dropin_dirs=dirs2).status == "WARN"
+
+
+def test_removeipc_does_not_apply_to_root_system_users_or_without_systemd(tmp_path):
+    from labutils.doctor import _check_removeipc
+
+    conf, dirs = _logind(tmp_path, "[Login]\nRemoveIPC=yes\n")
+    assert _check_removeipc(uid=0, systemd_running=True, main_conf=conf, dropin_dirs=dirs).status == "OK"
+    assert _check_removeipc(uid=120, systemd_running=True, main_conf=conf, dropin_dirs=dirs).status == "OK"
+    c = _check_removeipc(uid=1000, systemd_running=False, main_conf=conf, dropin_dirs=dirs)
+    assert c.status == "OK" and "not running" in c.detail
+
+
+def test_removeipc_unreadable_config_still_warns(tmp_path):
+    import os
+
+    from labutils.doctor import _check_removeipc
+
+    conf, dirs = _logind(tmp_path, "[Login]\nRemoveIPC=no\n")
+    os.chmod(conf, 0)
+    try:
+        if os.access(conf, os.R_OK):
+            pytest.skip("running as root: every file is readable")
+        c = _check_removeipc(uid=1000, systemd_running=True, main_conf=conf, dropin_dirs=dirs)
+        assert c.status == "WARN" and "could not read" in c.detail
+    finally:
+        os.chmod(conf, 0o644)

@@ -210,6 +210,7 @@ def test_func_mode_returns_value(tmp_path, monkeypatch):
     ({"code": "pass", "start_method": "thread"}, "start_method"),
     ({"code": "pass", "timeout": -1}, "timeout"),
     ({"code": "pass", "nofile": 3}, "nofile"),
+    ({"code": "pass", "max_processes": 1}, "max_processes"),
     ({"code": "pass", "memory_budget": "lots"}, "lots"),
     ({"file": "/no/such/script.py"}, "does not exist"),
     ({"func": lambda: 1}, "module-level"),

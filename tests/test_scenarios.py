@@ -114,7 +114,8 @@ def test_warm_and_cold_launches_give_the_same_diagnosis(cause, monkeypatch, caps
     cold = diagnose(sc, "broken")
     warm = diagnose_here(sc, "broken", None, monkeypatch, capsys)
     assert cold["launcher"]["kind"] == "cold"
-    if sc.broken_options.memory_budget or sc.broken_options.shm_size:  # the cold path, and it says why
+    opts = sc.broken_options
+    if opts.memory_budget or opts.shm_size or getattr(opts, "max_processes", None):  # cold, and it says why
         assert warm["launcher"]["kind"] == "cold" and warm["launcher"]["why_cold"], warm["launcher"]
     else:
         assert warm["launcher"]["kind"] == "warm", warm["launcher"]

@@ -158,3 +158,22 @@ def test_leaked_shm_tells_a_leak_from_a_live_file(tmp_path):
     with open(used_sem, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):  # mapped by a live process
         assert shmwatch.leaked_shm(before, str(tmp_path)) == {"torch_999999999_1_0", "sem.mp-orphan"}
     assert shmwatch.leaked_shm(shmwatch.shm_names(str(tmp_path)), str(tmp_path)) == set()
+
+
+def test_remove_files_of_deletes_only_the_files_of_these_live_processes(tmp_path):
+    import os
+    import time
+
+    from labutils.shmwatch import remove_files_of
+
+    me = os.getpid()
+    mine = tmp_path / f"torch_{me}_123_0"
+    old = tmp_path / f"torch_{me}_999_1"  # same pid number, made before this process started
+    other = tmp_path / "torch_1_555_0"  # another process's (pid 1 is alive, not given)
+    sem = tmp_path / "sem.mp-abc"
+    for f in (mine, old, other, sem):
+        f.write_bytes(b"x")
+    long_ago = time.time() - 10 * 365 * 86400
+    os.utime(old, (long_ago, long_ago))
+    assert remove_files_of([me, 999999999], path=str(tmp_path)) == [mine.name]
+    assert not mine.exists() and old.exists() and other.exists() and sem.exists()

@@ -39,12 +39,14 @@ class RunOptions:
     start_method: Optional[str] = None
     notebook_main: bool = False
     stall: Optional[float] = None
+    max_processes: Optional[int] = None
 
     def kwargs(self) -> dict:
-        """Keyword arguments for :func:`labutils.run_isolated` (``stall`` only when set)."""
+        """Keyword arguments for :func:`labutils.run_isolated` (``stall``, ``max_processes`` only when set)."""
         kw = asdict(self)
-        if kw["stall"] is None:
-            kw.pop("stall")
+        for name in ("stall", "max_processes"):
+            if kw[name] is None:
+                kw.pop(name)
         return kw
 
     def cli_args(self) -> list:
@@ -52,7 +54,7 @@ class RunOptions:
         args = [] if self.timeout is None else ["--timeout", f"{self.timeout:g}"]
         if self.stall is not None:
             args += ["--stall", f"{self.stall:g}"]
-        for name in ("memory_budget", "shm_size", "nofile", "start_method"):
+        for name in ("memory_budget", "shm_size", "nofile", "start_method", "max_processes"):
             value = getattr(self, name)
             if value is not None:
                 args += ["--" + name.replace("_", "-"), str(value)]
@@ -141,6 +143,12 @@ SCENARIOS: dict = {s.id: s for s in [
     Scenario("outside_loader", "The loader works; the model's input size is wrong (a shape error in the loop)",
              "outside_loader_broken.py", "outside_loader_fixed.py", "outside_loader", "01_read_the_error",
              note="the diagnosis must not blame the DataLoader for an error in the model"),
+    Scenario("fork_refused", "16 workers under a limit of 12 processes: the kernel refuses a fork",
+             "fork_refused_broken.py", "fork_refused_fixed.py", "fork_refused", "06_file_descriptors",
+             RunOptions(timeout=60, max_processes=12), RunOptions(timeout=60, max_processes=12),
+             knobs=_FIXED_METHOD,
+             note="needs a pids cgroup the lab may create (root) or RLIMIT_NPROC (other users); reported "
+                  "unsupported elsewhere; the scripts pin fork (forkserver's server is refused first)"),
 ]}
 
 

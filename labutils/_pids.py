@@ -1,0 +1,123 @@
+"""A limit on the number of processes of one isolated run, so that a fork can really be refused.
+
+Two mechanisms, tried in this order:
+
+* **a child cgroup of the lab's own pids cgroup** (the path in ``/proc/self/cgroup``), where the lab
+  may create one (root, or a delegated cgroup v2 with the pids controller enabled for children): its
+  ``pids.max`` counts the run's tasks only. The run's main process joins it as the bootstrap's first
+  act; the group is removed after the run, once it is empty. No other cgroup file is written.
+* **RLIMIT_NPROC** for a user other than root (root ignores it): the kernel counts every task of the
+  user, so the soft limit is set to the user's tasks now plus the run's allowance; the user's other
+  processes starting meanwhile take from the same allowance.
+
+Both count threads as well as processes (the kernel counts tasks). Where neither is available,
+:func:`prepare` says why and the run is reported ``unsupported``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Optional
+
+from ._cgroup import RunCgroup, _join, _mountinfo, _read, _write
+
+#: The smallest allowance: the run's main process and its few threads must start.
+MIN_MAX_PROCESSES = 2
+
+
+def _own_pids_cgroup() -> tuple:
+    """``(version, directory)`` of this process's pids cgroup, or ``(None, reason)``."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as fh:
+            entries = [line.rstrip("\n").split(":", 2) for line in fh if line.count(":") >= 2]
+    except OSError:
+        return None, "no /proc/self/cgroup (not Linux, or /proc is not mounted)"
+    mounts = _mountinfo()
+    for _hid, controllers, path in entries:
+        if "pids" in controllers.split(","):
+            for m in mounts:
+                if m["fstype"] == "cgroup" and "pids" in m["options"].split(","):
+                    return 1, _join(m, path)
+            return None, "the pids controller (cgroup v1) is not mounted here"
+    for hid, controllers, path in entries:
+        if hid == "0" and controllers == "":
+            for m in mounts:
+                if m["fstype"] == "cgroup2":
+                    directory = _join(m, path)
+                    control = (_read(os.path.join(directory, "cgroup.subtree_control")) or "").split()
+                    if "pids" not in control:
+                        return None, f"cgroup v2: the pids controller is not enabled for children of {directory}"
+                    return 2, directory
+    return None, "this process is in no pids cgroup"
+
+
+def _child_group(limit: int) -> tuple:
+    version, parent = _own_pids_cgroup()
+    if version is None:
+        return None, parent
+    directory = os.path.join(parent, f"labutils-pids-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.mkdir(directory)
+    except OSError as exc:
+        return None, f"cannot create a child cgroup under {parent}: {exc.strerror}"
+    try:
+        _write(os.path.join(directory, "pids.max"), str(limit))
+    except OSError as exc:
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
+        return None, f"cannot set pids.max on a child cgroup under {parent}: {exc.strerror}"
+    return RunCgroup("child", version, directory, limit, f"cgroup v{version} child pids.max"), None
+
+
+def user_tasks(uid: int) -> int:
+    """Tasks (processes and threads) of ``uid`` now, as RLIMIT_NPROC counts them."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid == uid:
+                count += len(os.listdir(f"/proc/{name}/task"))
+        except OSError:
+            continue
+    return count
+
+
+def _rlimit_nproc(limit: int) -> tuple:
+    try:
+        import resource
+    except ImportError:
+        return None, "no resource module (not a POSIX system)"
+    if os.geteuid() == 0:
+        return None, "RLIMIT_NPROC does not bind root (the kernel lets root exceed it)"
+    if not os.path.isdir("/proc/self/task"):
+        return None, "RLIMIT_NPROC counts all of your processes, and without /proc the lab cannot count them"
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    value = user_tasks(os.getuid()) + limit
+    if hard != resource.RLIM_INFINITY and value > hard:
+        return None, f"RLIMIT_NPROC: your processes now plus {limit} exceed the hard limit of {hard}"
+    return value, None
+
+
+def prepare(limit: int) -> tuple:
+    """``(plan, None)`` or ``(None, reason)``; ``plan`` holds ``mechanism`` and ``group`` or ``nproc``."""
+    group, why_cgroup = _child_group(limit)
+    if group is not None:
+        return {"mechanism": group.mechanism, "group": group, "nproc": None}, None
+    nproc, why_rlimit = _rlimit_nproc(limit)
+    if nproc is not None:
+        return {"mechanism": f"RLIMIT_NPROC={nproc} (your {nproc - limit} tasks now + {limit})", "group": None,
+                "nproc": nproc}, None
+    return None, f"{why_cgroup}; {why_rlimit}"
+
+
+def current(group: Optional[RunCgroup]) -> Optional[dict]:
+    """The group's counters now (``pids.current``, ``pids.events`` max) for the run's record."""
+    if group is None or group.directory is None:
+        return None
+    events = (_read(os.path.join(group.directory, "pids.events")) or "").split()
+    refused = int(events[1]) if len(events) == 2 and events[0] == "max" and events[1].isdigit() else None
+    return {"refused": refused}
