@@ -7,7 +7,8 @@ on its socket) or when :func:`shutdown` is called. A run takes the cold path (``
 a fresh interpreter) when starting from the template would not be the same thing:
 
 * ``LABUTILS_LAUNCHER=cold`` (or ``launcher="cold"``) asks for it;
-* the run sets environment variables (``env=``): they must exist before torch is imported;
+* the run sets environment variables (``env=``) other than the lab's knobs (``LAB_*``): they must exist
+  before torch is imported;
 * a memory budget or memory figures (``memory_detail``): the run's pages must all be its own from the
   first one (a warm child shares torch's pages with the template, so its USS and its cgroup charge differ);
 * a process limit (``max_processes``): the kernel counts threads too, and a warm child lacks the idle
@@ -62,7 +63,7 @@ def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: 
         return "the cold launcher was asked for"
     if not _SUPPORTED:
         return "the warm launcher needs Linux with fork and pidfds"
-    if env:
+    if env and any(not _runtime_key(k) for k in env):
         return "env= sets variables that must exist before torch is imported"
     if budget is not None:
         return "a memory budget: every page of the run must be charged to the run"
@@ -77,8 +78,14 @@ def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: 
     return None
 
 
+def _runtime_key(name: str) -> bool:
+    """Read only at run time: the lab's own variables, and the scenario knobs (``LAB_NUM_WORKERS``, ...) that
+    the lab's scripts read; no import reads them, so a warm run may receive them."""
+    return name in RUNTIME_ENV or name.startswith("LAB_")
+
+
 def _key(env: dict) -> tuple:
-    return tuple(sorted((k, v) for k, v in env.items() if k not in RUNTIME_ENV))
+    return tuple(sorted((k, v) for k, v in env.items() if not _runtime_key(k)))
 
 
 def _nofile() -> Optional[tuple]:

@@ -23,7 +23,8 @@ __all__ = ["CATALOGUE", "CAUSES", "LOADER_CAUSES", "NOTEBOOKS", "PRECEDENCE", "U
 NOTEBOOKS = {
     "01": "01_read_the_error", "02": "02_spawn_and_pickling", "03": "03_corrupt_data",
     "04": "04_memory_and_oom", "05": "05_shared_memory", "06": "06_file_descriptors",
-    "07": "07_hangs_and_timeouts", "08": "08_main_module_and_guard",
+    "07": "07_hangs_and_timeouts", "08": "08_main_module_and_guard", "09": "09_interactive_lab",
+    "10": "10_production_loader", "11": "11_cuda_and_accelerators", "12": "12_distributed_torchrun",
 }
 
 #: Outside the vocabulary: the run could not start here / it failed and nothing says where.
@@ -323,6 +324,8 @@ _ENTRIES = [
             ("Pick the device once: device = 'cuda' if torch.cuda.is_available() else 'cpu'", "02"),
             ("If workers must touch CUDA, use multiprocessing_context='spawn' (CUDA cannot be used in a "
              "forked child)", "02"),
+            ("On a GPU machine: the parent's CUDA before fork, CUDA tensors from workers, the pin-memory "
+             "thread; pin_memory=torch.cuda.is_available() on a machine without one", "11"),
         ),
         messages=("RuntimeError: Cannot re-initialize CUDA in forked subprocess.",
                   "AssertionError: Torch not compiled with CUDA enabled"),

@@ -65,8 +65,8 @@ def test_a_bad_launcher_setting_is_one_clear_error(monkeypatch):
 def test_a_changed_environment_gets_a_new_template(monkeypatch):
     run_isolated("print('hi')")
     old = _warm.template_pid()
-    monkeypatch.setenv("LAB_TEST_SOMETHING_NEW", "1")  # could change what an import does: a new template
-    r = run_isolated("import os, labutils\nlabutils.emit(v=os.environ.get('LAB_TEST_SOMETHING_NEW'))")
+    monkeypatch.setenv("CRASHLAB_TEST_SOMETHING_NEW", "1")  # could change what an import does: a new template
+    r = run_isolated("import os, labutils\nlabutils.emit(v=os.environ.get('CRASHLAB_TEST_SOMETHING_NEW'))")
     assert r.ok and r.launcher["kind"] == "warm" and r.values == {"v": "1"}
     assert _warm.template_pid() not in (None, old)
     assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
