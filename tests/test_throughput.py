@@ -1,0 +1,66 @@
+"""labutils.throughput: epoch timing, the thread-setting worker_init_fn, interleaved measurements."""
+
+import pickle
+
+import pytest
+
+from labutils.fixes import QuarantinedBatch, Skipped
+from labutils.throughput import SetThreads, batch_len, interleaved, median, ratio, time_epochs
+
+
+def test_batch_len_reads_tensors_tuples_dicts_and_quarantined_batches():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros(5, 3)
+    assert batch_len(x) == 5
+    assert batch_len((x, torch.arange(5))) == 5
+    assert batch_len({"image": x, "label": torch.arange(5)}) == 5
+    assert batch_len(QuarantinedBatch((x, torch.arange(5)), [])) == 5
+    assert batch_len(QuarantinedBatch(None, [Skipped(0, "ValueError", "bad")])) == 0
+
+
+def test_time_epochs_counts_every_sample_of_every_epoch():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=3)
+    steps = []
+    rows = time_epochs(loader, epochs=2, step=steps.append)
+    assert [r["samples"] for r in rows] == [10, 10]
+    assert [r["batches"] for r in rows] == [4, 4]
+    assert len(steps) == 8  # the step saw every batch
+    for r in rows:
+        assert 0 <= r["first_batch_s"] <= r["seconds"]
+        assert r["samples_per_s"] > 0  # 7 samples after the first batch
+
+
+def test_time_epochs_rejects_a_bad_epoch_count():
+    with pytest.raises(ValueError, match="epochs"):
+        time_epochs([], epochs=0)
+
+
+def test_set_threads_pickles_sets_the_count_and_remembers_the_old_one():
+    torch = pytest.importorskip("torch")
+    init = pickle.loads(pickle.dumps(SetThreads(1)))
+    before = torch.get_num_threads()
+    try:
+        init(0)
+        assert torch.get_num_threads() == 1
+        assert SetThreads.seen == before
+    finally:
+        torch.set_num_threads(before)
+    assert SetThreads(None).threads() >= 1
+    with pytest.raises(ValueError):
+        SetThreads(0)
+
+
+def test_interleaved_takes_turns_and_ratio_uses_medians():
+    order = []
+    out = interleaved({"a": lambda: order.append("a") or 1.0, "b": lambda: order.append("b") or 2.0}, repeats=3)
+    assert order == ["a", "b"] * 3
+    assert out == {"a": [1.0] * 3, "b": [2.0] * 3}
+    assert ratio([1.0, 3.0, 100.0], [2.0, 2.0, 2.0]) == 1.5
+    assert median([None, 4.0, 2.0]) == 3.0
+    with pytest.raises(ValueError):
+        median([None])
+    with pytest.raises(ValueError):
+        interleaved({}, repeats=1)
