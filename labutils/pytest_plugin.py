@@ -127,3 +127,4 @@ def lab_repeat(request) -> int:
     if n < 1:
         raise pytest.UsageError(f"--lab-repeat {n}: give 1 or more")
     return n
+

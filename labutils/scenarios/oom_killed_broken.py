@@ -12,7 +12,7 @@ BATCH_SIZE = int(os.environ.get("LAB_BATCH_SIZE", "4"))
 
 
 class CachedImages(Dataset):
-    def __init__(self, n=160):
+    def __init__(self, n=240):
         self.n = n
         self.cache = {}
 
