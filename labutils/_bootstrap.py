@@ -209,6 +209,7 @@ def _watch_dataloader() -> None:
 
         base.__init__, base.__next__ = __init__, __next__
         module.DataLoader.__iter__ = __iter__
+        _watch_sigchld()
 
     class Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path, target_=None):
@@ -234,6 +235,29 @@ def _watch_dataloader() -> None:
         patch(sys.modules[target])
         return
     sys.meta_path.insert(0, Finder())
+
+
+def _watch_sigchld() -> None:
+    """Record the worker death PyTorch's SIGCHLD handler raises: it can fire between two ``next()`` calls,
+    outside any wrapper, and a script that catches it would leave no trace otherwise."""
+    try:
+        from torch.utils.data._utils import signal_handling
+    except Exception:  # noqa: BLE001 - evidence is best effort
+        return
+    original = signal_handling._error_if_any_worker_fails
+    if getattr(original, "_labutils_wrapped", False):
+        return
+
+    def checked():
+        try:
+            original()
+        except BaseException as exc:
+            if os.getpid() == MAIN_PID:  # "sigchld_error": the diagnosis reads the chains below it instead
+                _append("loader.jsonl", {"event": "sigchld_error", "t": time.time(), "chain": _chain(exc)})
+            raise
+
+    checked._labutils_wrapped = True
+    signal_handling._error_if_any_worker_fails = checked
 
 
 def _lab_default_start_method() -> None:

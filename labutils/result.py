@@ -125,8 +125,12 @@ class RunResult:
     def loader_errors(self) -> list:
         """Exception chains that escaped a DataLoader iterator (``next()``, or ``iter()`` when a worker died
         while the iterator was still starting its workers), even ones the script caught; in time order."""
-        return [[ExceptionInfo(**e) for e in ev["chain"]] for ev in self.loader_events
-                if ev.get("event") in ("error", "init_error")]
+        chains = [[ExceptionInfo(**e) for e in ev["chain"]] for ev in self.loader_events
+                  if ev.get("event") in ("error", "init_error")]
+        if not chains:  # PyTorch's SIGCHLD handler raised between two next() calls, outside the wrappers
+            chains = [[ExceptionInfo(**e) for e in ev["chain"]] for ev in self.loader_events
+                      if ev.get("event") == "sigchld_error"]
+        return chains
 
     @property
     def all_messages(self) -> str:
