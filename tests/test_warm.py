@@ -123,7 +123,8 @@ def test_a_run_dies_with_its_runner(launcher, tmp_path):
     cell = f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
     script = tmp_path / "runner.py"
     script.write_text(f"import labutils\nlabutils.run_isolated({cell!r}, launcher={launcher!r}, timeout=90)\n")
-    runner = subprocess.Popen([sys.executable, str(script)])
+    # its run directory goes under tmp_path: a runner killed with SIGKILL cannot remove it itself
+    runner = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         deadline = time.monotonic() + 60
         while not (pidfile.exists() and pidfile.read_text()):
