@@ -120,6 +120,16 @@ def pytest_generate_tests(metafunc) -> None:
                              ids=["default" if v is None else v for v in values])
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (pyproject's default): the lab's scheduler, which keeps a notebook on one process
+    and hands out the longest group first (see ``labutils._xdist_schedule``)."""
+    if getattr(config.option, "dist", None) != "loadfile":
+        return None
+    from ._xdist_schedule import LongestFirstScheduling
+
+    return LongestFirstScheduling(config, log)
+
+
 @pytest.fixture
 def lab_repeat(request) -> int:
     """How many times a timing-sensitive demonstration is repeated (``--lab-repeat``, at least 1)."""

@@ -1,6 +1,7 @@
 """Scripts of strangers (tests/corpus): healthy ones that look suspicious, failures outside the loader,
-and loader failures the message-matching rules got wrong. Each runs isolated through the diagnose CLI;
-the cause, its confidence and the summary are asserted, and no loader cause may be blamed for a
+and loader failures the message-matching rules got wrong. Each runs isolated through the diagnose
+command (its entry point in this process; the real command line where a test signals the run from
+outside); the cause, its confidence and the summary are asserted, and no loader cause may be blamed for a
 healthy script or for an error in the model, the checkpoint code or the user's own pickling."""
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "corpus")
 
 
-def diagnose(name, *options, env=None, timeout=180):
-    cmd = [PY, "-m", "labutils", "diagnose", "--json", *options, os.path.join(CORPUS, name)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env=dict(os.environ, **(env or {})))
-    assert done.returncode in (0, 1), done.stderr
-    return json.loads(done.stdout)
+@pytest.fixture
+def diagnose(capsys):
+    """``diagnose --json`` on a corpus script, through the command's entry point in this process (the warm
+    launcher where it applies; the command line itself is tested in test_diagnose_cli and test_scenarios)."""
+    from labutils.diagnose_cli import diagnose_main
+
+    def run(name, *options):
+        capsys.readouterr()
+        rc = diagnose_main(["--json", "--launcher", "auto", *options, os.path.join(CORPUS, name)])
+        out, err = capsys.readouterr()
+        assert rc in (0, 1), err
+        return json.loads(out)
+
+    return run
 
 
 def _why(data) -> str:
@@ -36,7 +45,7 @@ def _why(data) -> str:
 
 
 @pytest.mark.parametrize("name", ["healthy_cuda_warning.py", "healthy_quotes_errors.py"])
-def test_healthy_scripts_that_look_suspicious_are_ok(name, no_leaks):
+def test_healthy_scripts_that_look_suspicious_are_ok(name, diagnose, no_leaks):
     data = diagnose(name)
     assert data["outcome"] == "ok", _why(data)
     assert data["cause"] == "ok" and data["confidence"] == "high", _why(data)
@@ -49,7 +58,7 @@ def test_healthy_scripts_that_look_suspicious_are_ok(name, no_leaks):
     ("model_shape_error.py", "shapes cannot be multiplied"),
     ("own_pickle_fails.py", "cannot pickle '_thread.lock'"),
 ])
-def test_failures_outside_the_loader_blame_no_loader_cause(name, raised, no_leaks):
+def test_failures_outside_the_loader_blame_no_loader_cause(name, raised, diagnose, no_leaks):
     data = diagnose(name)
     assert data["outcome"] == "failed"
     assert data["cause"] not in LOADER_CAUSES, _why(data)
@@ -58,7 +67,7 @@ def test_failures_outside_the_loader_blame_no_loader_cause(name, raised, no_leak
     assert any("delivered" in e and "batch" in e for e in data["evidence"]) or name == "load_main_class.py"
 
 
-def test_fd_leak_in_getitem_is_the_users_leak_not_ipc(no_leaks):
+def test_fd_leak_in_getitem_is_the_users_leak_not_ipc(diagnose, no_leaks):
     data = diagnose("fd_leak_getitem.py", "--nofile", "64")
     assert data["cause"] == "fd_limit" and data["confidence"] == "high", _why(data)
     assert "your own code" in data["summary"] and "open(" in data["summary"], _why(data)
@@ -66,7 +75,7 @@ def test_fd_leak_in_getitem_is_the_users_leak_not_ipc(no_leaks):
     assert "with open(path)" in texts and "set_sharing_strategy" not in texts
 
 
-def test_catch_and_fallback_is_diagnosed_by_the_original_failure(no_leaks):
+def test_catch_and_fallback_is_diagnosed_by_the_original_failure(diagnose, no_leaks):
     data = diagnose("catch_and_fallback.py")
     assert data["outcome"] == "ok" and "falling back" in data["stdout"]
     assert data["cause"] == "unpicklable_dataset", _why(data)
@@ -74,7 +83,7 @@ def test_catch_and_fallback_is_diagnosed_by_the_original_failure(no_leaks):
     assert "num_workers=0" in data["summary"], _why(data)
 
 
-def test_segfault_with_num_workers_0_is_not_a_dead_worker(no_leaks):
+def test_segfault_with_num_workers_0_is_not_a_dead_worker(diagnose, no_leaks):
     data = diagnose("segfault_single_process.py")
     assert data["signal"] == 11
     assert data["cause"] == "native_crash", _why(data)
@@ -130,7 +139,7 @@ def test_sigterm_from_outside_names_the_likely_sender(tmp_path, no_leaks):
     assert "exited with code" not in data["summary"]
 
 
-def test_eoferror_at_the_handover_is_an_echo_of_a_worker_exit(no_leaks):
+def test_eoferror_at_the_handover_is_an_echo_of_a_worker_exit(diagnose, no_leaks):
     data = diagnose("exit_at_handover.py")
     assert data["outcome"] == "failed"
     assert data["cause"] == "worker_exit", _why(data)

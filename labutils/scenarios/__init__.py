@@ -134,9 +134,10 @@ SCENARIOS: dict = {s.id: s for s in [
              RunOptions(timeout=60), RunOptions(timeout=60), knobs=_FIXED_METHOD),
     Scenario("hang", "A lock held by a thread at fork time; no timeout, the runner's stall limit stops it",
              "hang_broken.py", "hang_fixed.py", "hang", "07_hangs_and_timeouts",
-             RunOptions(timeout=90, stall=15), RunOptions(timeout=90), knobs=("timeout", "stall"),
-             note="stopped by progress: no batch for 15 s while the workers are alive (spawn and forkserver "
-                  "workers take seconds to start on a loaded machine: a stall limit must be longer than that)"),
+             RunOptions(timeout=90, stall=6), RunOptions(timeout=90), knobs=("timeout", "stall"),
+             note="stopped by progress: no batch for 6 s while the workers are alive (the script pins fork, "
+                  "whose workers start at once; spawn and forkserver workers take seconds to start on a loaded "
+                  "machine: a stall limit must be longer than that)"),
     Scenario("cuda_in_worker", "`.cuda()` in __getitem__ (CPU-only build here: no CUDA at all)",
              "cuda_in_worker_broken.py", "cuda_in_worker_fixed.py", "cuda_in_worker", "02_spawn_and_pickling",
              note="on a GPU machine the same script fails with 'Cannot re-initialize CUDA in forked subprocess'"),

@@ -17,7 +17,7 @@ VOCAB_LOCK = threading.Lock()
 def load_vocabulary(started):
     with VOCAB_LOCK:
         started.set()
-        time.sleep(3)  # a slow download
+        time.sleep(1)  # a slow download
         VOCAB.update({w: i for i, w in enumerate(WORDS)})
 
 
