@@ -29,7 +29,7 @@ def split_scope(nodeid: str, methods) -> str:
     parametrized with the extra start method ``M``."""
     path, _, rest = nodeid.partition("::")
     if rest and path.endswith(".py") and "[" in rest and rest.endswith("]"):
-        first = rest[rest.index("[") + 1:-1].split("-", 1)[0]
+        first = rest[rest.index("[") + 1 : -1].split("-", 1)[0]
         if first in methods:
             return f"{path}::{first}"
     return path

@@ -10,8 +10,9 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 def test_a_notebooks_cells_stay_in_one_group_per_pass():
     assert split_scope("notebooks/07_x.ipynb::Cell 0", ("forkserver",)) == "notebooks/07_x.ipynb"
-    assert split_scope("notebooks/07_x.ipynb[forkserver]::Cell 12", ("forkserver",)) == \
-        "notebooks/07_x.ipynb[forkserver]"
+    assert (
+        split_scope("notebooks/07_x.ipynb[forkserver]::Cell 12", ("forkserver",)) == "notebooks/07_x.ipynb[forkserver]"
+    )
 
 
 def test_the_extra_start_method_pass_of_a_test_file_is_its_own_group():

@@ -39,7 +39,8 @@ def main(argv) -> int:
     seconds = collections.defaultdict(float)
     for case in ET.parse(argv[0]).iter("testcase"):
         seconds[split_scope(nodeid(case.get("classname", ""), case.get("name", "")), methods)] += float(
-            case.get("time") or 0)
+            case.get("time") or 0
+        )
     out = os.path.join(ROOT, DURATIONS)
     with open(out, "w", encoding="utf-8") as fh:
         json.dump({k: round(v, 1) for k, v in sorted(seconds.items())}, fh, indent=1)
