@@ -35,6 +35,7 @@ import os
 import sys
 import time
 import traceback
+import weakref
 
 RUN_DIR = sys.argv[1]
 MAIN_PID = os.getpid()
@@ -140,6 +141,26 @@ def _track_processes() -> None:
     process.BaseProcess.start = start
 
 
+#: The main process's DataLoader iterators, shut down at the end of the script (see _shut_down_loaders).
+_LIVE_ITERATORS = weakref.WeakSet()
+
+
+def _shut_down_loaders() -> None:
+    """Shut down every DataLoader iterator the script left alive (a persistent loader in a global), while
+    everything it uses is still alive: what its ``__del__`` does when the last reference goes. Left to the
+    garbage collector, an iterator in a reference cycle (a global of the script, whose functions point back
+    to its globals) can be finalised after its own queues, so its workers never get the word to stop and
+    PyTorch waits out a 5 s join per worker, then terminates them."""
+    for it in list(_LIVE_ITERATORS):
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is None:
+            continue
+        try:
+            shutdown()
+        except Exception:  # noqa: BLE001, S110 - its __del__ would swallow it too
+            pass
+
+
 def _watch_dataloader() -> None:
     """Wrap DataLoader iterators when torch.utils.data.dataloader is imported (no import here)."""
     import importlib.abc
@@ -167,6 +188,7 @@ def _watch_dataloader() -> None:
                 return
             counter[0] += 1
             self._labutils_iter, self._labutils_batches, self._labutils_last = counter[0], 0, 0.0
+            _LIVE_ITERATORS.add(self)
             ctx = getattr(loader, "multiprocessing_context", None)
             try:
                 import torch.multiprocessing as tmp
@@ -394,8 +416,9 @@ def main() -> int:
         # it would wait out its workers' join timeouts (about 5 s each). Python itself exits at once.
         traceback.clear_frames(exc.__traceback__)
         del exc
-    # Drop the script's objects (DataLoader iterators shut their workers down when collected) so
-    # that the exit codes below are final.
+    # Stop the loaders the script kept, then drop the script's objects, so that the exit codes below are
+    # final.
+    _shut_down_loaders()
     if namespace is not None:
         namespace.clear()
     namespace = None

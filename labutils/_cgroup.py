@@ -44,8 +44,10 @@ def _mountinfo() -> list:
     return out
 
 
-def _own_memory_cgroup() -> tuple:
-    """``(version, directory)`` of this process's memory cgroup, or ``(None, reason)``."""
+def _own_cgroup(controller: str, v2_file: str, v2_missing: str) -> tuple:
+    """``(version, directory)`` of this process's ``controller`` cgroup, or ``(None, reason)``. Under
+    cgroup v2 the controller must be listed in the directory's ``v2_file``; ``v2_missing`` (formatted
+    with ``directory``) says why not."""
     try:
         with open("/proc/self/cgroup", encoding="utf-8") as fh:
             entries = [line.rstrip("\n").split(":", 2) for line in fh if line.count(":") >= 2]
@@ -53,25 +55,25 @@ def _own_memory_cgroup() -> tuple:
         return None, "no /proc/self/cgroup (not Linux, or /proc is not mounted)"
     mounts = _mountinfo()
     for _hid, controllers, path in entries:
-        if "memory" in controllers.split(","):
+        if controller in controllers.split(","):
             for m in mounts:
-                if m["fstype"] == "cgroup" and "memory" in m["options"].split(","):
+                if m["fstype"] == "cgroup" and controller in m["options"].split(","):
                     return 1, _join(m, path)
-            return None, "the memory controller (cgroup v1) is not mounted here"
+            return None, f"the {controller} controller (cgroup v1) is not mounted here"
     for hid, controllers, path in entries:
         if hid == "0" and controllers == "":
             for m in mounts:
                 if m["fstype"] == "cgroup2":
                     directory = _join(m, path)
-                    try:
-                        with open(os.path.join(directory, "cgroup.controllers"), encoding="ascii") as fh:
-                            available = fh.read().split()
-                    except OSError:
-                        available = []
-                    if "memory" not in available:
-                        return None, f"the memory controller is not available in {directory}"
+                    if controller not in (_read(os.path.join(directory, v2_file)) or "").split():
+                        return None, v2_missing.format(directory=directory)
                     return 2, directory
-    return None, "this process is in no memory cgroup"
+    return None, f"this process is in no {controller} cgroup"
+
+
+def _own_memory_cgroup() -> tuple:
+    """``(version, directory)`` of this process's memory cgroup, or ``(None, reason)``."""
+    return _own_cgroup("memory", "cgroup.controllers", "the memory controller is not available in {directory}")
 
 
 def _join(mount: dict, path: str) -> str:

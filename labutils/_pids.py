@@ -20,7 +20,7 @@ import os
 import uuid
 from typing import Optional
 
-from ._cgroup import RunCgroup, _join, _mountinfo, _read, _write
+from ._cgroup import RunCgroup, _own_cgroup, _read, _write
 
 #: The smallest allowance: the run's main process and its few threads must start.
 MIN_MAX_PROCESSES = 2
@@ -28,28 +28,8 @@ MIN_MAX_PROCESSES = 2
 
 def _own_pids_cgroup() -> tuple:
     """``(version, directory)`` of this process's pids cgroup, or ``(None, reason)``."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as fh:
-            entries = [line.rstrip("\n").split(":", 2) for line in fh if line.count(":") >= 2]
-    except OSError:
-        return None, "no /proc/self/cgroup (not Linux, or /proc is not mounted)"
-    mounts = _mountinfo()
-    for _hid, controllers, path in entries:
-        if "pids" in controllers.split(","):
-            for m in mounts:
-                if m["fstype"] == "cgroup" and "pids" in m["options"].split(","):
-                    return 1, _join(m, path)
-            return None, "the pids controller (cgroup v1) is not mounted here"
-    for hid, controllers, path in entries:
-        if hid == "0" and controllers == "":
-            for m in mounts:
-                if m["fstype"] == "cgroup2":
-                    directory = _join(m, path)
-                    control = (_read(os.path.join(directory, "cgroup.subtree_control")) or "").split()
-                    if "pids" not in control:
-                        return None, f"cgroup v2: the pids controller is not enabled for children of {directory}"
-                    return 2, directory
-    return None, "this process is in no pids cgroup"
+    return _own_cgroup("pids", "cgroup.subtree_control",
+                       "cgroup v2: the pids controller is not enabled for children of {directory}")
 
 
 def _child_group(limit: int) -> tuple:

@@ -88,6 +88,41 @@ def test_exception_chain_is_recorded():
     assert "ZeroDivisionError" in r.stderr
 
 
+PERSISTENT_IN_A_GLOBAL = """
+import time
+started = time.monotonic()
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Numbers(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return torch.tensor([i])
+
+
+loader = DataLoader(Numbers(), batch_size=4, num_workers=2, persistent_workers=True,
+                    multiprocessing_context="fork")
+for epoch in range(2):
+    seen = [b.tolist() for b in loader]
+import labutils
+labutils.emit(script_s=time.monotonic() - started, batches=len(seen))
+"""
+
+
+def test_a_persistent_loader_left_in_a_global_stops_its_workers_at_once():
+    """The script's last line is its end: workers of a loader it kept are told to stop (exit 0), not left to
+    PyTorch's 5 s join timeout per worker and a SIGTERM, as a garbage-collected cycle used to leave them."""
+    r = run_isolated(PERSISTENT_IN_A_GLOBAL, timeout=60)
+    assert r.ok and r.values["batches"] == 4, r.stderr
+    workers = r.dataloader_workers
+    assert len(workers) == 2 and all(w.exitcode == 0 and w.signal is None for w in workers), workers
+    tail = r.wall_time - r.values["script_s"]  # from the script's last line to the end of the run
+    assert tail < 4.0, f"the run ended {tail:.1f} s after the script's last line"
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_killed_worker_is_reported_with_its_signal(method):
     r = run_isolated(KILL_WORKER, start_method=method, timeout=60)
