@@ -5,7 +5,7 @@ import pickle
 import pytest
 
 from labutils.fixes import QuarantinedBatch, Skipped
-from labutils.throughput import SetThreads, batch_len, interleaved, median, ratio, time_epochs
+from labutils.throughput import SetThreads, batch_len, interleaved, median, preload_forkserver, ratio, time_epochs
 
 
 def test_batch_len_reads_tensors_tuples_dicts_and_quarantined_batches():
@@ -64,3 +64,20 @@ def test_interleaved_takes_turns_and_ratio_uses_medians():
         median([None])
     with pytest.raises(ValueError):
         interleaved({}, repeats=1)
+
+
+def test_preload_forkserver_records_the_modules_and_starts_nothing_unless_forkserver(monkeypatch):
+    from multiprocessing import forkserver
+
+    import labutils.startmethod
+
+    monkeypatch.setattr(forkserver._forkserver, "_preload_modules", [])  # restored after the test
+    monkeypatch.setattr(labutils.startmethod, "current", lambda: "fork")
+    pid_before = forkserver._forkserver._forkserver_pid
+    assert preload_forkserver(["torch", "numpy"]) is None  # no fork server under fork
+    assert forkserver._forkserver._preload_modules == ["torch", "numpy"]
+    assert forkserver._forkserver._forkserver_pid == pid_before
+    assert preload_forkserver("torch", start=False) is None
+    assert forkserver._forkserver._preload_modules == ["torch"]
+    with pytest.raises(ValueError, match="module names"):
+        preload_forkserver([""])
