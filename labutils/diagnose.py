@@ -604,28 +604,46 @@ def _cause_for_signal(sig: Optional[int]) -> str:
 
 # =========================================================================== stderr, by who printed it
 def _tracebacks(text: str) -> list:
-    """``(body, last_line)`` of every Python traceback printed in ``text``."""
+    """``(body, last_line)`` of every Python traceback printed in ``text``.
+
+    Two processes that fail at the same moment (two spawned workers) write to one stderr, and their lines
+    interleave, each line whole (stderr is line-buffered). Two such tracebacks are mostly the same lines,
+    so within one traceback a line already seen (another ``Traceback`` header, a frame, the exception line,
+    a line of its message) is taken for the other process's copy and skipped."""
     out = []
     lines = text.splitlines()
+    header = "Traceback (most recent call last):"
     i = 0
     while i < len(lines):
-        if lines[i].strip().startswith("Traceback (most recent call last):"):
+        if lines[i].strip().startswith(header):
             indent = len(lines[i]) - len(lines[i].lstrip())
-            body = []
+            body, seen = [], {lines[i].strip()}
             j = i + 1
-            while j < len(lines) and (len(lines[j]) - len(lines[j].lstrip()) > indent or not lines[j].strip()):
-                body.append(lines[j])
+            while j < len(lines):
+                line = lines[j].strip()
+                if line and line in seen:
+                    pass  # the other process's copy of a line of this traceback
+                elif len(lines[j]) - len(lines[j].lstrip()) > indent or not line:
+                    body.append(lines[j])
+                    seen.add(line)
+                else:
+                    break
                 j += 1
             # a multi-line message (the guard's text) continues on indented lines after the type line
-            last_lines = [lines[j].strip()] if j < len(lines) else [""]
+            first = lines[j].strip() if j < len(lines) else ""
+            last_lines = [first]
+            seen.add(first)
             k = j + 1
-            while k < len(lines) and lines[k].startswith((" ", "\t")) and not lines[k].strip().startswith(
-                    ("File ", "Traceback")):
-                last_lines.append(lines[k].strip())
+            while k < len(lines):
+                line = lines[k].strip()
+                if line and line in seen:
+                    pass
+                elif lines[k].startswith((" ", "\t")) and not line.startswith(("File ", "Traceback")):
+                    last_lines.append(line)
+                    seen.add(line)
+                else:
+                    break
                 k += 1
-            if not body and j < len(lines) and lines[j].strip().startswith("Traceback (most recent call last):"):
-                i = j  # two processes printed at once: their lines interleave; the next header starts the body
-                continue
             out.append(("\n".join(body), " ".join(x for x in last_lines if x)))
             i = j + 1
         else:

@@ -160,6 +160,37 @@ def test_missing_main_guard_beats_the_hang_it_causes():
     assert d.cause == "missing_main_guard"
 
 
+GUARD_MESSAGE = ("RuntimeError: \n        An attempt has been made to start a new process before the\n"
+                 "        current process has finished its bootstrapping phase.\n\n"
+                 "        This probably means that you are not using fork to start your\n")
+
+
+def _interleave(text: str, how: str) -> str:
+    """Two processes printing ``text`` at once, each line whole, in three orders seen in CI."""
+    lines = text.splitlines()
+    if how == "lines":  # alternating line by line
+        return "".join(f"{line}\n{line}\n" for line in lines)
+    if how == "offset":  # the second process starts three lines later
+        a, b, out = list(lines), list(lines), []
+        out += a[:3]
+        for x, y in zip(a[3:], b):
+            out += [x, y]
+        out += b[len(a) - 3:]
+        return "\n".join(out) + "\n"
+    cut = next(i for i, line in enumerate(lines) if line.startswith("RuntimeError"))
+    return "\n".join(lines[:cut] + lines[:cut] + lines[cut:] + lines[cut:]) + "\n"  # "blocks"
+
+
+@pytest.mark.parametrize("how", ["lines", "offset", "blocks"])
+def test_missing_main_guard_when_two_workers_print_at_once(how):
+    """CI saw `worker_exit` here: the second worker's Traceback header ended the first one's frames."""
+    stderr = _interleave(SPAWN_CHILD_TB + GUARD_MESSAGE, how)
+    d = explain(result(exceptions=died(101, "DataLoader worker (pid 101) exited unexpectedly with exit code 1. "
+                                            "Details are lost due to multiprocessing."),
+                       workers=workers(1, 1), stderr=stderr))
+    assert d.cause == "missing_main_guard", d.evidence
+
+
 def test_native_crash_from_exit_code_and_stderr():
     d = explain(result(exceptions=died(100, "DataLoader worker (pid 100) is killed by signal: Segmentation fault."),
                        workers=workers(-11, 0),
