@@ -113,9 +113,9 @@ class SetThreads:
 
 
 def preload_forkserver(modules: Sequence[str] = ("torch",), start: bool = True) -> Optional[float]:
-    """Have the fork server import ``modules`` once: every forkserver worker then forks from a process that
-    has them, in milliseconds, instead of importing torch itself (seconds each, every epoch without
-    ``persistent_workers``).
+    """Have the fork server import ``modules`` once (after its default, ``__main__``): every forkserver
+    worker then forks from a process that has them, in milliseconds, instead of importing torch itself
+    (seconds each, every epoch without ``persistent_workers``).
 
     Call it in the main process before anything starts the fork server (the server reads the list when
     it starts; a server already running keeps what it has). With ``start=True`` and forkserver as the start
@@ -132,7 +132,8 @@ def preload_forkserver(modules: Sequence[str] = ("torch",), start: bool = True) 
     names = [modules] if isinstance(modules, str) else list(modules)
     if not names or not all(isinstance(m, str) and m for m in names):
         raise ValueError(f"modules must be module names such as 'torch', not {modules!r}")
-    multiprocessing.set_forkserver_preload(names)
+    # keep the default "__main__" (the script itself, which Python 3.14's server really preloads) in front
+    multiprocessing.set_forkserver_preload(["__main__", *[m for m in names if m != "__main__"]])
     if not start or current() != "forkserver":
         return None
     t0 = time.perf_counter()

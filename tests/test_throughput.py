@@ -75,9 +75,9 @@ def test_preload_forkserver_records_the_modules_and_starts_nothing_unless_forkse
     monkeypatch.setattr(labutils.startmethod, "current", lambda: "fork")
     pid_before = forkserver._forkserver._forkserver_pid
     assert preload_forkserver(["torch", "numpy"]) is None  # no fork server under fork
-    assert forkserver._forkserver._preload_modules == ["torch", "numpy"]
+    assert forkserver._forkserver._preload_modules == ["__main__", "torch", "numpy"]
     assert forkserver._forkserver._forkserver_pid == pid_before
     assert preload_forkserver("torch", start=False) is None
-    assert forkserver._forkserver._preload_modules == ["torch"]
+    assert forkserver._forkserver._preload_modules == ["__main__", "torch"]
     with pytest.raises(ValueError, match="module names"):
         preload_forkserver([""])
