@@ -290,7 +290,7 @@ def _lab_default_start_method() -> None:
     spec = importlib.util.spec_from_file_location("_labutils_startmethod", os.path.join(here, "startmethod.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # by path: importing the package would cost the run its start-up time
-    module.apply_requested()
+    module.apply_requested(emulate_preload=True)
 
 
 def _finish(code: int) -> None:
@@ -358,7 +358,7 @@ def main() -> int:
         import multiprocessing
 
         multiprocessing.set_start_method(cfg["start_method"], force=True)
-    elif os.environ.get("LABUTILS_START_METHOD"):
+    if os.environ.get("LABUTILS_START_METHOD"):  # a chosen method stands; the switch's fork server still applies
         _lab_default_start_method()
 
     mode = cfg["mode"]

@@ -55,12 +55,107 @@ def set_default(method: str) -> None:
     default._default_context = concrete
 
 
-def apply_requested() -> Optional[str]:
-    """Apply ``LABUTILS_START_METHOD`` to this process if it is set; return the method applied, or None."""
+def apply_requested(emulate_preload: bool = False) -> Optional[str]:
+    """Apply ``LABUTILS_START_METHOD`` to this process if it is set; return the method applied, or None.
+
+    With ``emulate_preload`` (the runner's bootstrap, where a script is ``__main__``) and ``forkserver``
+    asked for, the fork server also preloads the main script the way Python 3.14's does
+    (:func:`emulate_fixed_forkserver_preload`).
+    """
     method = requested()
     if method is not None:
         set_default(method)
+        if emulate_preload and method == "forkserver":
+            emulate_fixed_forkserver_preload()
     return method
+
+
+def forkserver_preloads_main() -> bool:
+    """Whether this Python's own fork server imports the main script once, so that its workers do not.
+
+    The server's default preload is ``["__main__"]``, but up to Python 3.13.0 (and on 3.11 and 3.12 for
+    good) it looked for a ``main_path`` key that ``spawn.get_preparation_data`` had renamed
+    ``init_main_from_path`` in 2013, so every worker ran the script again instead (CPython gh-126631; fixed
+    in 3.14 and 3.13's bug-fix releases by PR #135295/#138609). Read from this Python's own source.
+    """
+    import inspect
+    from multiprocessing import forkserver
+
+    try:
+        source = inspect.getsource(inspect.unwrap(forkserver.ForkServer.ensure_running))
+    except (OSError, TypeError):  # no source to read: assume a current Python
+        return True
+    return "init_main_from_path" in source
+
+
+def runs_preload_main() -> bool:
+    """Whether the fork server of the lab's isolated runs preloads the main script: this Python's own
+    does (:func:`forkserver_preloads_main`), or the lab's forkserver switch is on, under which every run's
+    fork server does what 3.14's does (:func:`emulate_fixed_forkserver_preload`)."""
+    return forkserver_preloads_main() or requested() == "forkserver"
+
+
+_EMULATION_LOCK = None
+
+
+def emulate_fixed_forkserver_preload() -> bool:
+    """Make this process's fork server preload ``__main__`` as Python 3.14's does; True if it had to.
+
+    What 3.14 does when it starts the server (with ``"__main__"`` in the preload list, the default): it
+    sets the server's ``sys.argv`` and ``sys.path`` to the parent's (gh-143706, gh-117378) and imports the
+    main script there as ``__mp_main__``, with the bootstrapping check armed; workers forked from the
+    server then find the script already imported and do not run it again. Here the server's command line
+    gets the same three steps: the argument it already passes (``main_path``) is filled in, and the two
+    assignments go in front of its command. Nothing else of the server changes, and a Python that does
+    this itself is left alone. The lab applies it only under its forkserver switch
+    (``LABUTILS_START_METHOD=forkserver``), which stands for 3.14's default.
+    """
+    global _EMULATION_LOCK
+    import functools
+    import threading
+    import types
+    from multiprocessing import forkserver, spawn, util
+
+    original = forkserver.ForkServer.ensure_running
+    if getattr(original, "_labutils_main_preload", False) or forkserver_preloads_main():
+        return False
+    _EMULATION_LOCK = _EMULATION_LOCK or threading.Lock()
+
+    @functools.wraps(original)
+    def ensure_running(self):
+        with _EMULATION_LOCK:
+            get_data, spawnv = spawn.get_preparation_data, util.spawnv_passfds
+            seen: dict = {}
+
+            def get_preparation_data(name):
+                data = get_data(name)
+                if "init_main_from_path" in data:
+                    data["main_path"] = data["init_main_from_path"]
+                seen.update(data)
+                return data
+
+            def spawnv_passfds(path, args, passfds):
+                args = list(args)
+                if len(args) >= 2 and args[-2] == "-c" and "multiprocessing.forkserver import main" in args[-1] \
+                        and seen:
+                    setup = "import sys; "
+                    if "sys_argv" in seen:
+                        setup += f"sys.argv[:] = {list(seen['sys_argv'])!r}; "
+                    if "sys_path" in seen:
+                        setup += f"sys.path[:] = {list(seen['sys_path'])!r}; "
+                    args[-1] = setup + args[-1]
+                return spawnv(path, args, passfds)
+
+            spawn.get_preparation_data, util.spawnv_passfds = get_preparation_data, spawnv_passfds
+            try:
+                return original(self)
+            finally:
+                spawn.get_preparation_data, util.spawnv_passfds = get_data, spawnv
+
+    ensure_running._labutils_main_preload = True
+    forkserver.ForkServer.ensure_running = ensure_running
+    forkserver.ensure_running = types.MethodType(ensure_running, forkserver._forkserver)
+    return True
 
 
 def python_default() -> str:

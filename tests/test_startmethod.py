@@ -86,3 +86,60 @@ def test_the_plugin_adds_a_pass_per_extra_method(pytester):
     bad = pytester.runpytest("-p", "labutils.pytest_plugin", "--lab-also-start-method", "sideways")
     assert bad.ret != 0
     bad.stderr.fnmatch_lines(["*--lab-also-start-method 'sideways': use one of*"])
+
+
+PRELOAD_PROBE = textwrap.dedent('''
+    import os, sys
+    print("body", os.getpid(), sys.argv[1:], flush=True)
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def pid(_):
+        return os.getpid()
+
+
+    if __name__ == "__main__":
+        for epoch in range(2):
+            workers = set(DataLoader(list(range(4)), batch_size=1, num_workers=2, collate_fn=pid))
+            print("workers", *sorted(workers), flush=True)
+''')
+
+
+def _bodies_and_workers(result):
+    bodies, workers = [], set()
+    for line in result.stdout.splitlines():
+        if line.startswith("body "):
+            bodies.append(line.split(" ", 2))
+        elif line.startswith("workers "):
+            workers.update(int(p) for p in line.split()[1:])
+    return bodies, workers
+
+
+def test_the_forkserver_switch_preloads_the_script_once_as_python_3_14_does(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(PRELOAD_PROBE)
+    switched = labutils.run_isolated(file=script, argv=["--epochs", "2"], env={startmethod.ENV: "forkserver"},
+                                     timeout=120)
+    assert switched.ok, switched
+    bodies, workers = _bodies_and_workers(switched)
+    assert len(workers) == 4, switched.stdout  # two loaders, two fresh workers each
+    # the script's body ran in the main process and once more in the fork server, never in a worker;
+    # and the server saw the script's own arguments (gh-143706)
+    assert len(bodies) == 2 and not {int(b[1]) for b in bodies} & workers, switched.stdout
+    assert all(b[2] == "['--epochs', '2']" for b in bodies), bodies
+    # an explicit forkserver without the switch is this Python's own fork server, as it is
+    pinned = labutils.run_isolated(file=script, argv=["--epochs", "2"], start_method="forkserver",
+                                   env={startmethod.ENV: ""}, timeout=120)
+    assert pinned.ok, pinned
+    bodies, workers = _bodies_and_workers(pinned)
+    assert len(bodies) == (2 if startmethod.forkserver_preloads_main() else 1 + len(workers)), pinned.stdout
+
+
+def test_the_preload_emulation_leaves_a_fixed_python_alone(monkeypatch):
+    from multiprocessing import forkserver
+
+    original = forkserver.ForkServer.ensure_running
+    monkeypatch.setattr(startmethod, "forkserver_preloads_main", lambda: True)
+    assert startmethod.emulate_fixed_forkserver_preload() is False
+    assert forkserver.ForkServer.ensure_running is original
