@@ -257,6 +257,7 @@ class _Monitor(threading.Thread):
         self.callback_errors: list = []
         self.stop = threading.Event()
         self.t0 = time.monotonic()
+        self._reported_batches = 0  # the batch count the last main-process sample carried
         self._loader = _Tail(os.path.join(run_dir, "loader.jsonl"))
         self._procs_log = _Tail(os.path.join(run_dir, "procs.jsonl"))
         self._exits = _Tail(os.path.join(run_dir, "exits.jsonl"))
@@ -355,6 +356,8 @@ class _Monitor(threading.Thread):
                     "uss": roll["Uss"] if roll else None, "fds": _num_fds(proc.pid),
                     "shm_bytes": _status_kb(proc.pid, b"RssShmem:"),
                     "batches": self.batches if info["role"] == "main" else None})
+                if info["role"] == "main":
+                    self._reported_batches = self.batches
         if self.stall_limit is not None and self.stalled is None:
             self._check_stall(wall, alive_now)
         return bool(tree)
@@ -446,6 +449,13 @@ class _Monitor(threading.Thread):
                 self._died(proc, wall)
         self._alive = set()
         self._flush_pending(force=True)
+        if self.on_sample is not None and self.batches > self._reported_batches:
+            # batches that came after the main process's last sample (often the last of them): one more
+            # point for the live chart, with no memory figures (the process is gone)
+            self._reported_batches = self.batches
+            self._call(self.on_sample, {
+                "t": round(time.monotonic() - self.t0, 3), "pid": self.pid, "role": "main", "name": None,
+                "rss": None, "uss": None, "fds": None, "shm_bytes": None, "batches": self.batches, "final": True})
 
 
 def _dump_stacks(procs, run_dir: str, wait: float = 0.6) -> dict:
@@ -706,9 +716,10 @@ def run_isolated(
     ``memory_detail=True`` also samples USS/PSS of every process each ``sample_interval`` seconds into
     ``result.samples`` (costlier; for the memory lessons). For a live view, ``on_sample(dict)`` is called
     from the monitor thread for every process at least four times a second with ``t``, ``pid``, ``role``
-    (main / worker / other), ``name``, ``rss``, ``uss``, ``fds``, ``shm_bytes`` and ``batches``, and
-    ``on_event(dict)`` for each process death seen (``exitcode`` or ``signal``, and ``by``: watchdog,
-    kernel_oom or None).
+    (main / worker / other), ``name``, ``rss``, ``uss``, ``fds``, ``shm_bytes`` and ``batches`` (and once
+    more after the run, ``final=True`` with the main process's last batch count and no memory figures, when
+    batches came after its last sample), and ``on_event(dict)`` for each process death seen (``exitcode``
+    or ``signal``, and ``by``: watchdog, kernel_oom or None).
 
     Only the run's own processes are ever signalled and only /dev/shm files the run created are removed.
     """

@@ -101,12 +101,13 @@ class LiveRecorder:
         bt, bn = [], []
         for s in samples:
             label = names.get(s["pid"], str(s["pid"]))
-            row = series.setdefault(label, {"t": [], "rss": [], "uss": [], "fds": [], "shm": []})
-            row["t"].append(s["t"])
-            row["rss"].append((s.get("rss") or 0) / MIB)
-            row["uss"].append((s["uss"] / MIB) if s.get("uss") is not None else float("nan"))
-            row["fds"].append(s["fds"] if s.get("fds") is not None else float("nan"))
-            row["shm"].append((s.get("shm_bytes") or 0) / MIB)
+            if not s.get("final"):  # the run's last batch count, sent after its processes ended: no memory
+                row = series.setdefault(label, {"t": [], "rss": [], "uss": [], "fds": [], "shm": []})
+                row["t"].append(s["t"])
+                row["rss"].append((s.get("rss") or 0) / MIB)
+                row["uss"].append((s["uss"] / MIB) if s.get("uss") is not None else float("nan"))
+                row["fds"].append(s["fds"] if s.get("fds") is not None else float("nan"))
+                row["shm"].append((s.get("shm_bytes") or 0) / MIB)
             if s.get("batches") is not None:
                 bt.append(s["t"])
                 bn.append(s["batches"])

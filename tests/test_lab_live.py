@@ -33,6 +33,17 @@ def _sample(t, pid, role, rss=100 << 20, fds=10, batches=None):
     }
 
 
+def test_the_final_batch_count_moves_the_batch_line_and_no_memory_line():
+    rec = LiveRecorder()
+    rec.on_sample(_sample(0.1, 10, "main", batches=1))
+    final = dict(_sample(0.3, 10, "main", batches=56), rss=None, uss=None, fds=None, shm_bytes=None, final=True)
+    rec.on_sample(final)
+    snap = rec.snapshot()
+    assert snap["batches"] == ([0.1, 0.3], [1, 56])
+    assert snap["series"]["main"]["t"] == [0.1] and snap["series"]["main"]["rss"] == [100]
+    assert render_png(rec, "test").startswith(PNG)
+
+
 def test_recorder_names_processes_and_places_deaths_on_the_run_clock():
     rec = LiveRecorder()
     rec.on_sample(_sample(0.1, 10, "main", batches=0))

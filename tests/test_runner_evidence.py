@@ -120,13 +120,55 @@ def test_on_sample_and_on_event_feed_a_live_view():
     span = main[-1]["t"] - main[0]["t"]
     assert span > 0.5 and len(main) >= 2 * span  # at least twice a second
     assert max(s["batches"] for s in main) >= 1
-    assert all(s["rss"] > 0 for s in samples)
+    assert all(s["rss"] > 0 for s in samples if not s.get("final"))
     fds = [s["fds"] for s in samples if s["fds"] is not None]  # None: the process ended while sampled
     assert len(fds) >= 0.9 * len(samples) and min(fds) >= 3
     killed = [e for e in events if e["role"] == "worker" and e["signal"] == 9]
     assert len(killed) == 1, events
     assert killed[0]["pid"] in {w.pid for w in r.dataloader_workers if w.signal == 9}
     assert {"t", "pid", "by"} <= set(killed[0]) and killed[0]["by"] is None
+
+
+def test_the_live_feed_ends_with_the_run_s_final_batch_count(tmp_path):
+    """Batches that come after the main process's last sample (a crash or an exit just after them) still
+    reach the live chart: the monitor sends the final count once more when the run has ended."""
+    import json
+    import subprocess
+    import sys
+
+    from labutils.isolate import _Monitor
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+
+    class Ended:  # the run's processes, all gone
+        leader, known = int(gone.stdout), {}
+
+        def adopt(self, *args, **kwargs):
+            return None
+
+        def alive(self, proc):
+            return False
+
+    log = tmp_path / "loader.jsonl"
+
+    def record(**rec):
+        with open(log, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+
+    samples = []
+    monitor = _Monitor(Ended(), str(tmp_path), 0.05, None, False, on_sample=samples.append)
+    record(event="iter", t=time.time(), iter=1)
+    record(event="progress", t=time.time(), batches=3, iter=1)
+    monitor.start()
+    time.sleep(0.2)
+    monitor._reported_batches = 3  # as if the main process's last sample had carried 3
+    record(event="progress", t=time.time(), batches=7, iter=1)  # written just before the end
+    monitor.finish()
+    assert [(s["role"], s["batches"], s["final"], s["rss"]) for s in samples] == [("main", 7, True, None)]
+    again = []
+    monitor.on_sample = again.append
+    monitor.finish()  # nothing new: nothing more is sent
+    assert again == []
 
 
 def test_a_broken_listener_does_not_stop_the_run():
