@@ -121,11 +121,12 @@ _ENTRIES = [
     Cause(
         "missing_main_guard",
         "spawn/forkserver re-imports a script without `if __name__ == \"__main__\":`",
-        "the script has no `if __name__ == \"__main__\":` guard: each spawned worker re-ran it and tried "
-        "to start workers of its own", "08_main_module_and_guard",
+        "the script has no `if __name__ == \"__main__\":` guard: a process that imports it to start workers "
+        "(each spawn worker; the fork server, which preloads it on Python 3.14) re-ran its top level and "
+        "tried to start workers of its own", "08_main_module_and_guard",
         fixes=(
             ("Put the code that builds and iterates the DataLoader under `if __name__ == \"__main__\":` - "
-             "spawn/forkserver workers re-import your script and must not start workers themselves", "08"),
+             "spawn workers and the fork server import your script and must not start workers themselves", "08"),
         ),
         messages=("An attempt has been made to start a new process before the current process has "
                   "finished its bootstrapping phase.",),

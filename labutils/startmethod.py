@@ -104,9 +104,11 @@ def emulate_fixed_forkserver_preload() -> bool:
     What 3.14 does when it starts the server (with ``"__main__"`` in the preload list, the default): it
     sets the server's ``sys.argv`` and ``sys.path`` to the parent's (gh-143706, gh-117378) and imports the
     main script there as ``__mp_main__``, with the bootstrapping check armed; workers forked from the
-    server then find the script already imported and do not run it again. Here the server's command line
-    gets the same three steps: the argument it already passes (``main_path``) is filled in, and the two
-    assignments go in front of its command. Nothing else of the server changes, and a Python that does
+    server then find the script already imported and do not run it again. The server, a fresh interpreter,
+    also has 3.14's default start method, forkserver, so a loader that an unguarded top level starts there
+    trips the bootstrapping check and the server dies, as on 3.14. Here the server's command line gets the
+    same steps: the argument it already passes (``main_path``) is filled in, and the assignments (argv,
+    path, default start method) go in front of its command. Nothing else of the server changes, and a Python that does
     this itself is left alone. The lab applies it only under its forkserver switch
     (``LABUTILS_START_METHOD=forkserver``), which stands for 3.14's default.
     """
@@ -138,7 +140,10 @@ def emulate_fixed_forkserver_preload() -> bool:
                 args = list(args)
                 if len(args) >= 2 and args[-2] == "-c" and "multiprocessing.forkserver import main" in args[-1] \
                         and seen:
-                    setup = "import sys; "
+                    # the server is a fresh interpreter: on 3.14 its own default start method is forkserver
+                    # too (a loader that the script's top level starts there trips the bootstrapping check)
+                    setup = ("import sys; import multiprocessing.context as _c; "
+                             "_c._default_context._default_context = _c._concrete_contexts['forkserver']; del _c; ")
                     if "sys_argv" in seen:
                         setup += f"sys.argv[:] = {list(seen['sys_argv'])!r}; "
                     if "sys_path" in seen:

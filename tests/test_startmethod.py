@@ -89,8 +89,9 @@ def test_the_plugin_adds_a_pass_per_extra_method(pytester):
 
 
 PRELOAD_PROBE = textwrap.dedent('''
-    import os, sys
-    print("body", os.getpid(), sys.argv[1:], flush=True)
+    import multiprocessing, os, sys
+    method = multiprocessing.get_context().get_start_method()  # the default, in this process
+    print("body", os.getpid(), method, sys.argv[1:], flush=True)
     import torch
     from torch.utils.data import DataLoader
 
@@ -110,7 +111,7 @@ def _bodies_and_workers(result):
     bodies, workers = [], set()
     for line in result.stdout.splitlines():
         if line.startswith("body "):
-            bodies.append(line.split(" ", 2))
+            bodies.append(line.split(" ", 3))
         elif line.startswith("workers "):
             workers.update(int(p) for p in line.split()[1:])
     return bodies, workers
@@ -125,9 +126,10 @@ def test_the_forkserver_switch_preloads_the_script_once_as_python_3_14_does(tmp_
     bodies, workers = _bodies_and_workers(switched)
     assert len(workers) == 4, switched.stdout  # two loaders, two fresh workers each
     # the script's body ran in the main process and once more in the fork server, never in a worker;
-    # and the server saw the script's own arguments (gh-143706)
+    # and the server saw the script's own arguments (gh-143706) and has forkserver as its default too
     assert len(bodies) == 2 and not {int(b[1]) for b in bodies} & workers, switched.stdout
-    assert all(b[2] == "['--epochs', '2']" for b in bodies), bodies
+    assert all(b[3] == "['--epochs', '2']" for b in bodies), bodies
+    assert all(b[2] == "forkserver" for b in bodies), bodies  # the server's own default, as on 3.14
     # an explicit forkserver without the switch is this Python's own fork server, as it is
     pinned = labutils.run_isolated(file=script, argv=["--epochs", "2"], start_method="forkserver",
                                    env={startmethod.ENV: ""}, timeout=120)
