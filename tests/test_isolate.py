@@ -131,8 +131,12 @@ def test_killed_worker_is_reported_with_its_signal(method):
     assert len(workers) == 2
     killed = [w for w in workers if w.signal == 9]
     assert len(killed) == 1 and not killed[0].killed_by_watchdog
-    assert "exited unexpectedly" in r.exception.message
-    assert any("killed by signal" in e.message for e in r.exceptions[1:])
+    # PyTorch's SIGCHLD handler names the signal: usually under the generic "exited unexpectedly", on its
+    # own when it ran while the main process was inside a receive (CI, fork), and not at all when PyTorch's
+    # status check saw the death first
+    messages = [e.message for e in r.exceptions]
+    assert r.exception.message.startswith("DataLoader worker (pid"), messages
+    assert any("is killed by signal: Killed" in m for m in messages) or "exited unexpectedly" in messages[0], messages
     assert r.loader_events[0]["start_method"] == method
     assert r.loader_events[0]["num_workers"] == 2
 
