@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Optional
 
 ENV = "LABUTILS_START_METHOD"
@@ -95,7 +96,7 @@ def runs_preload_main() -> bool:
     return forkserver_preloads_main() or requested() == "forkserver"
 
 
-_EMULATION_LOCK = None
+_EMULATION_LOCK = threading.Lock()  # one patched server start at a time (the patch swaps module functions)
 
 
 def emulate_fixed_forkserver_preload() -> bool:
@@ -108,20 +109,17 @@ def emulate_fixed_forkserver_preload() -> bool:
     also has 3.14's default start method, forkserver, so a loader that an unguarded top level starts there
     trips the bootstrapping check and the server dies, as on 3.14. Here the server's command line gets the
     same steps: the argument it already passes (``main_path``) is filled in, and the assignments (argv,
-    path, default start method) go in front of its command. Nothing else of the server changes, and a Python that does
-    this itself is left alone. The lab applies it only under its forkserver switch
+    path, default start method) go in front of its command. Nothing else of the server changes, and a
+    Python that does this itself is left alone. The lab applies it only under its forkserver switch
     (``LABUTILS_START_METHOD=forkserver``), which stands for 3.14's default.
     """
-    global _EMULATION_LOCK
     import functools
-    import threading
     import types
     from multiprocessing import forkserver, spawn, util
 
     original = forkserver.ForkServer.ensure_running
     if getattr(original, "_labutils_main_preload", False) or forkserver_preloads_main():
         return False
-    _EMULATION_LOCK = _EMULATION_LOCK or threading.Lock()
 
     @functools.wraps(original)
     def ensure_running(self):
