@@ -7,19 +7,18 @@ The public API, by job:
 * name the cause: :func:`explain` -> :class:`Diagnosis`;
 * check the machine: :func:`doctor`, :func:`shm_budget`;
 * find what blocks pickling: :func:`find_unpicklable`;
-* reusable fixes: :mod:`labutils.fixes`;
+* reusable fixes: :mod:`labutils.kit.fixes`;
 * the interactive lab: :func:`lab`.
 
 Heavy or optional parts (torch, ipywidgets) are imported only when used, so that ``import labutils``
 stays cheap inside an isolated run.
 """
 
-from . import measure, startmethod, triage
-from . import startmethod as _startmethod
-from .channel import emit
-from .diagnose import Diagnosis, Fix, explain
-from .doctor import CheckResult, DoctorReport, doctor, shm_budget
-from .fixes import (
+from . import lab
+from .diagnosis.diagnose import Diagnosis, Fix, explain
+from .diagnosis.doctor import CheckResult, DoctorReport, doctor, shm_budget
+from .kit import measure, triage
+from .kit.fixes import (
     LazyFile,
     PerWorkerResource,
     QuarantineDataset,
@@ -31,9 +30,12 @@ from .fixes import (
     make_worker_init,
     worker_init_seed_and_faulthandler,
 )
-from .isolate import IsolationError, find_strays, leftover_shm, private_shm_support, run_isolated
-from .pickling import Blocker, find_unpicklable, format_blockers
-from .result import ExceptionInfo, ProcessInfo, RunResult
+from .kit.pickling import Blocker, find_unpicklable, format_blockers
+from .runner import startmethod
+from .runner import startmethod as _startmethod
+from .runner.channel import emit
+from .runner.isolate import IsolationError, find_strays, leftover_shm, private_shm_support, run_isolated
+from .runner.result import ExceptionInfo, ProcessInfo, RunResult
 
 __all__ = [
     "Blocker", "CheckResult", "Diagnosis", "DoctorReport", "ExceptionInfo", "Fix", "IsolationError",
@@ -45,16 +47,10 @@ __all__ = [
 ]
 
 
-def lab(scenario: str = "worker_exception", which: str = "broken"):
-    """The interactive lab (ipywidgets): pick a scenario, set limits, run it isolated, read the card."""
-    from .lab import lab as _lab
-
-    return _lab(scenario, which)
-
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext labutils`` registers the ``%%isolate`` cell magic."""
-    from .magic import load_ipython_extension as _load
+    from .lab.magic import load_ipython_extension as _load
 
     _load(ipython)
 

@@ -40,22 +40,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dispatch(command: str, rest: list) -> int:
     if command == "doctor":
-        from .doctor import doctor_main
+        from .diagnosis.doctor import doctor_main
 
         return doctor_main(rest)
     if command == "diagnose":
-        from .diagnose_cli import diagnose_main
+        from .diagnosis.cli import diagnose_main
 
         return diagnose_main(rest)
     if command == "cheatsheet":
-        from .cheatsheet import cheatsheet_main
+        from .diagnosis.cheatsheet import cheatsheet_main
 
         return cheatsheet_main(rest)
     if command == "tour":
-        from .tour import tour_main
+        from .lab.tour import tour_main
 
         return tour_main(rest)
-    from .tour import run_main
+    from .lab.tour import run_main
 
     return run_main(rest)
 

@@ -87,7 +87,7 @@ def no_leaks(tmp_path, monkeypatch):
     assert not left, f"/dev/shm files left behind: {sorted(left)}"
     import labutils
 
-    helpers = ("resource_tracker", "forkserver", "_zygote.py")  # multiprocessing's helpers; the warm launcher
+    helpers = ("resource_tracker", "forkserver", "runner/zygote.py")  # multiprocessing's helpers; the warm launcher
     import gc
 
     gc.collect()  # a finished DataLoader iterator shuts its workers down when it is collected

@@ -1,4 +1,4 @@
-"""Unit tests of labutils.diagnose (rules on hand-built evidence, live exceptions) and the diagnose CLI."""
+"""Unit tests of labutils.diagnosis.diagnose (rules on hand-built evidence, live exceptions) and the diagnose CLI."""
 
 import json
 import os
@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from labutils.diagnose import CAUSES, PRECEDENCE, Diagnosis, Fix, explain
-from labutils.result import ExceptionInfo, ProcessInfo, RunResult
+from labutils.diagnosis.diagnose import CAUSES, PRECEDENCE, Diagnosis, Fix, explain
+from labutils.runner.result import ExceptionInfo, ProcessInfo, RunResult
 
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,7 +70,7 @@ def test_diagnosis_api_shape():
 
 
 def test_every_cause_has_fixes_naming_a_notebook():
-    from labutils.diagnose import _fixes
+    from labutils.diagnosis.diagnose import _fixes
 
     assert len(CAUSES) == 15 and "outside_loader" in CAUSES
     for cause in CAUSES:

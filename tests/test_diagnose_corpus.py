@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from labutils.causes import LOADER_CAUSES
+from labutils.diagnosis.causes import LOADER_CAUSES
 
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,7 +27,7 @@ CORPUS = os.path.join(ROOT, "tests", "corpus")
 def diagnose(capsys):
     """``diagnose --json`` on a corpus script, through the command's entry point in this process (the warm
     launcher where it applies; the command line itself is tested in test_diagnose_cli and test_scenarios)."""
-    from labutils.diagnose_cli import diagnose_main
+    from labutils.diagnosis.cli import diagnose_main
 
     def run(name, *options):
         capsys.readouterr()

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from labutils import probes
-from labutils.causes import CATALOGUE, CAUSES, LOADER_CAUSES, PRECEDENCE, cheatsheet_rows, fixes_for
-from labutils.diagnose import explain, is_worker_death, worker_death_kind
-from labutils.result import ExceptionInfo, ProcessInfo, RunResult
+from labutils.diagnosis import probes
+from labutils.diagnosis.causes import CATALOGUE, CAUSES, LOADER_CAUSES, PRECEDENCE, cheatsheet_rows, fixes_for
+from labutils.diagnosis.diagnose import explain, is_worker_death, worker_death_kind
+from labutils.runner.result import ExceptionInfo, ProcessInfo, RunResult
 
 SITE = "/venv/lib/python3.11/site-packages"
 LIB = "/usr/lib/python3.11"
@@ -155,7 +155,7 @@ def test_echoes_are_labelled_and_the_primary_failure_first():
                    traceback=frames(USER, ("/home/u/data.py", "__getitem__"))), None),
 ])
 def test_death_echoes_from_the_fetch_race(exc, kind):
-    from labutils.diagnose import _Exc
+    from labutils.diagnosis.diagnose import _Exc
 
     assert worker_death_kind(_Exc(exc.type, exc.message, exc.traceback)) == kind
     if kind:
@@ -164,7 +164,7 @@ def test_death_echoes_from_the_fetch_race(exc, kind):
 
 
 def test_live_detector_is_the_one_fixes_uses():
-    from labutils import fixes
+    from labutils.kit import fixes
 
     outer = RuntimeError("DataLoader worker (pid(s) 7) exited unexpectedly")
     assert is_worker_death(outer) and fixes.is_worker_death(outer)

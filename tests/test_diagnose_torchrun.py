@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-from labutils.diagnose import rank_output, torchrun_failures
-from labutils.torchrun import run_torchrun, torchrun_argv
+from labutils.diagnosis.diagnose import rank_output, torchrun_failures
+from labutils.runner.torchrun import run_torchrun, torchrun_argv
 
 TRAIN = textwrap.dedent("""
     import ctypes, os, sys

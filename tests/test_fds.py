@@ -1,4 +1,4 @@
-"""labutils.fds: counting open fds, also at the open-files limit where listing /proc/self/fd fails."""
+"""labutils.kit.fds: counting open fds, also at the open-files limit where listing /proc/self/fd fails."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from labutils import fds
+from labutils.kit import fds
 
 
 def test_open_fds_counts_what_this_process_opens():
@@ -34,7 +34,7 @@ def test_open_fds_works_with_no_fd_left():
     code = """
 import os, resource
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-from labutils import fds
+from labutils.kit import fds
 hog = []
 try:
     while True:

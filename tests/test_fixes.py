@@ -1,4 +1,4 @@
-"""labutils.fixes with real DataLoaders: 2 fork workers (one spawn test for picklability), small datasets."""
+"""labutils.kit.fixes with real DataLoaders: 2 fork workers (one spawn test for picklability), small datasets."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from labutils.fixes import (
+from labutils.kit.fixes import (
     LazyFile,
     PerWorkerResource,
     QuarantineDataset,
@@ -36,7 +36,7 @@ from labutils.fixes import (
     pet_watchdog,
     worker_init_seed_and_faulthandler,
 )
-from labutils.pickling import find_unpicklable
+from labutils.kit.pickling import find_unpicklable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_FORK = "fork" in __import__("multiprocessing").get_all_start_methods()
@@ -157,8 +157,8 @@ SPAWN_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import torch
     from torch.utils.data import DataLoader, Dataset
-    from labutils.fixes import lazy_open, make_worker_init
-    from labutils.pickling import find_unpicklable
+    from labutils.kit.fixes import lazy_open, make_worker_init
+    from labutils.kit.pickling import find_unpicklable
 
     class SpawnDataset(Dataset):
         def __init__(self, path):
@@ -333,7 +333,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     import ctypes, sys
     import torch
     from torch.utils.data import DataLoader, Dataset
-    from labutils.fixes import is_worker_death, worker_init_seed_and_faulthandler
+    from labutils.kit.fixes import is_worker_death, worker_init_seed_and_faulthandler
 
     class Crashes(Dataset):
         def __len__(self):

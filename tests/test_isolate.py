@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import labutils
-import labutils.isolate as isolate
+import labutils.runner.isolate as isolate
 from labutils import IsolationError, run_isolated
 
 
@@ -47,7 +47,7 @@ def own_leaks(monkeypatch):
                 and n.split("_")[1].isdigit() and int(n.split("_")[1]) in pids]
         assert segs == [], f"torch segments named after the run's processes: {segs}"
     me = psutil.Process()
-    helpers = ("resource_tracker", "forkserver", "_zygote.py")  # _zygote: the warm launcher of later runs
+    helpers = ("resource_tracker", "forkserver", "runner/zygote.py")  # zygote: the warm launcher of later runs
     children = [p for p in me.children(recursive=True) if not any(h in " ".join(p.cmdline()) for h in helpers)
                 and p.pid not in before]  # not a worker an earlier test of this pytest process left
     _gone, alive = psutil.wait_procs(children, timeout=10)

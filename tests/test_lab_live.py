@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 
-from labutils.lab import LabUI, script_diff_html, script_knob_defaults  # noqa: E402
-from labutils.live import LiveRecorder, LiveView, death_text, render_png  # noqa: E402
+from labutils.lab.live import LiveRecorder, LiveView, death_text, render_png  # noqa: E402
+from labutils.lab.widget import LabUI, script_diff_html, script_knob_defaults  # noqa: E402
 from labutils.scenarios import KNOBS, LOADER_KNOBS, SCENARIOS  # noqa: E402
 
 PNG = b"\x89PNG"

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from labutils.lab import LabUI, lab  # noqa: E402
+from labutils.lab.widget import LabUI, lab  # noqa: E402
 
 
 def test_choosing_a_scenario_loads_its_limits():

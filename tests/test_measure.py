@@ -1,16 +1,16 @@
-"""labutils.measure: the start method a run used, and the per-worker memory probe of notebook 04."""
+"""labutils.kit.measure: the start method a run used, and the per-worker memory probe of notebook 04."""
 
 import textwrap
 
 import labutils
-from labutils.measure import collate_with_memory, run_start_method
-from labutils.result import RunResult
+from labutils.kit.measure import collate_with_memory, run_start_method
+from labutils.runner.result import RunResult
 
 PROBE = textwrap.dedent('''
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from labutils.measure import collate_with_memory, note_birth, run_batches
+    from labutils.kit.measure import collate_with_memory, note_birth, run_batches
 
     if __name__ == "__main__":
         loader = DataLoader(TensorDataset(torch.arange(12.0)), batch_size=4, num_workers=2,

@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from labutils import pickling
-from labutils.pickling import Blocker, find_unpicklable, format_blockers
+from labutils.kit import pickling
+from labutils.kit.pickling import Blocker, find_unpicklable, format_blockers
 
 
 class Plain:

@@ -136,7 +136,7 @@ def test_the_live_feed_ends_with_the_run_s_final_batch_count(tmp_path):
     import subprocess
     import sys
 
-    from labutils.isolate import _Monitor
+    from labutils.runner.isolate import _Monitor
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
 

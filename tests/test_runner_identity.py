@@ -11,7 +11,8 @@ import psutil
 import pytest
 
 import labutils
-from labutils import _procs, run_isolated
+from labutils import run_isolated
+from labutils.runner import procs as _procs
 
 ESCAPEE = textwrap.dedent("""
     import subprocess, sys, labutils

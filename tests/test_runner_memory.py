@@ -9,8 +9,9 @@ import textwrap
 
 import pytest
 
-import labutils.isolate as isolate
-from labutils import _cgroup, run_isolated
+import labutils.runner.isolate as isolate
+from labutils import run_isolated
+from labutils.runner import cgroup as _cgroup
 
 WORKER_HOG = textwrap.dedent("""
     import torch

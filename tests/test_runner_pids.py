@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-import labutils._pids as pids
+import labutils.runner.pids as pids
 from labutils import IsolationError, run_isolated
 
 FORKS = """

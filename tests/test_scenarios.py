@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-from labutils.isolate import private_shm_support
-from labutils.tour import SCENARIOS
+from labutils.lab.tour import SCENARIOS
+from labutils.runner.isolate import private_shm_support
 
 PY = sys.executable
 _RUNS: dict = {}  # (cause, which, start method) -> the first warm diagnosis: shared by the tests below
@@ -50,7 +50,7 @@ def diagnose(scenario, which, lab_start_method=None):
 
 def diagnose_here(scenario, which, lab_start_method, monkeypatch, capsys, cache=True):
     """The diagnose command's entry point in this process (``--launcher auto``: the warm launcher)."""
-    from labutils.diagnose_cli import diagnose_main
+    from labutils.diagnosis.cli import diagnose_main
 
     key = (scenario.id, which, lab_start_method)
     if cache and key in _RUNS:
@@ -80,7 +80,7 @@ def _skip_if_unsupported(scenario):
 
 
 def test_every_cause_has_a_scenario():
-    from labutils.diagnose import CAUSES
+    from labutils.diagnosis.diagnose import CAUSES
 
     assert sorted(SCENARIOS) == sorted(CAUSES)
     for sc in SCENARIOS.values():

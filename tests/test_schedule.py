@@ -3,7 +3,7 @@
 import json
 import os
 
-from labutils._xdist_schedule import DURATIONS, load_durations, split_scope
+from labutils.testing.xdist_schedule import DURATIONS, load_durations, split_scope
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 

@@ -1,4 +1,4 @@
-"""labutils.shmwatch: the /dev/shm meter, one measured loader pass, and notebook 05's choice of path
+"""labutils.kit.shmwatch: the /dev/shm meter, one measured loader pass, and notebook 05's choice of path
 (a private tmpfs, the real small /dev/shm, or recorded results), with "unshare refused" forced."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from labutils import shmwatch
-from labutils.shmwatch import LESSON_SAMPLE, MiB, in_flight_rule, plan, sample_for
+from labutils.kit import shmwatch
+from labutils.kit.shmwatch import LESSON_SAMPLE, MiB, in_flight_rule, plan, sample_for
 
 HAS_SHM = os.path.isdir("/dev/shm")
 
@@ -133,7 +133,7 @@ def test_plan_forced_off_on_this_machine():
 
 
 def test_refuse_private_mounts_makes_shm_runs_unsupported(monkeypatch):
-    from labutils import isolate
+    from labutils.runner import isolate
 
     monkeypatch.setattr(isolate, "_shm_support", None)  # restored after the test
     assert not shmwatch.refuse_private_mounts(plan((None, "refused"), env={}))
@@ -176,7 +176,7 @@ def test_remove_files_of_deletes_only_the_files_of_these_live_processes(tmp_path
     import os
     import time
 
-    from labutils.shmwatch import remove_files_of
+    from labutils.kit.shmwatch import remove_files_of
 
     me = os.getpid()
     mine = tmp_path / f"torch_{me}_123_0"

@@ -8,12 +8,12 @@ import textwrap
 import pytest
 
 import labutils
-from labutils import startmethod
+from labutils.runner import startmethod
 
 CHILD = textwrap.dedent('''
     import multiprocessing, sys
     import labutils  # applies LABUTILS_START_METHOD
-    print(multiprocessing.get_start_method(allow_none=True), labutils.startmethod.current())
+    print(multiprocessing.get_start_method(allow_none=True), labutils.runner.startmethod.current())
     multiprocessing.set_start_method("spawn")  # a script's own choice must still be allowed
     print(multiprocessing.get_start_method())
 ''')
@@ -62,9 +62,9 @@ def test_an_isolated_run_gets_the_default_and_an_explicit_choice_wins():
             list(DataLoader(list(range(4)), batch_size=2, num_workers=1))
     ''')
     moved = labutils.run_isolated(code, env={startmethod.ENV: "spawn"}, timeout=120)
-    assert moved.ok and labutils.measure.run_start_method(moved) == "spawn", moved
+    assert moved.ok and labutils.kit.measure.run_start_method(moved) == "spawn", moved
     pinned = labutils.run_isolated(code, env={startmethod.ENV: "spawn"}, start_method="fork", timeout=120)
-    assert pinned.ok and labutils.measure.run_start_method(pinned) == "fork", pinned
+    assert pinned.ok and labutils.kit.measure.run_start_method(pinned) == "fork", pinned
 
 
 def test_python_default_matches_the_platform_rule():
@@ -80,10 +80,10 @@ def test_the_plugin_adds_a_pass_per_extra_method(pytester):
         def test_m(lab_start_method):
             assert lab_start_method in (None, "spawn")
     ''')
-    result = pytester.runpytest("-p", "labutils.pytest_plugin", "--lab-also-start-method", "spawn", "-v")
+    result = pytester.runpytest("-p", "labutils.testing.pytest_plugin", "--lab-also-start-method", "spawn", "-v")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_m[[]default[]]*", "*test_m[[]spawn[]]*"])
-    bad = pytester.runpytest("-p", "labutils.pytest_plugin", "--lab-also-start-method", "sideways")
+    bad = pytester.runpytest("-p", "labutils.testing.pytest_plugin", "--lab-also-start-method", "sideways")
     assert bad.ret != 0
     bad.stderr.fnmatch_lines(["*--lab-also-start-method 'sideways': use one of*"])
 

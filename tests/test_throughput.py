@@ -1,11 +1,11 @@
-"""labutils.throughput: epoch timing, the thread-setting worker_init_fn, interleaved measurements."""
+"""labutils.kit.throughput: epoch timing, the thread-setting worker_init_fn, interleaved measurements."""
 
 import pickle
 
 import pytest
 
-from labutils.fixes import QuarantinedBatch, Skipped
-from labutils.throughput import SetThreads, batch_len, interleaved, median, preload_forkserver, ratio, time_epochs
+from labutils.kit.fixes import QuarantinedBatch, Skipped
+from labutils.kit.throughput import SetThreads, batch_len, interleaved, median, preload_forkserver, ratio, time_epochs
 
 
 def test_batch_len_reads_tensors_tuples_dicts_and_quarantined_batches():
@@ -69,10 +69,10 @@ def test_interleaved_takes_turns_and_ratio_uses_medians():
 def test_preload_forkserver_records_the_modules_and_starts_nothing_unless_forkserver(monkeypatch):
     from multiprocessing import forkserver
 
-    import labutils.startmethod
+    import labutils.runner.startmethod
 
     monkeypatch.setattr(forkserver._forkserver, "_preload_modules", [])  # restored after the test
-    monkeypatch.setattr(labutils.startmethod, "current", lambda: "fork")
+    monkeypatch.setattr(labutils.runner.startmethod, "current", lambda: "fork")
     pid_before = forkserver._forkserver._forkserver_pid
     assert preload_forkserver(["torch", "numpy"]) is None  # no fork server under fork
     assert forkserver._forkserver._preload_modules == ["__main__", "torch", "numpy"]

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from labutils.tour import SCENARIOS, RunOptions, get_scenario
+from labutils.lab.tour import SCENARIOS, RunOptions, get_scenario
 
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from labutils.triage import find_crashing_inputs
+from labutils.kit.triage import find_crashing_inputs
 
 DECODER = textwrap.dedent('''
     import ctypes

@@ -10,8 +10,8 @@ import time
 import psutil
 import pytest
 
-from labutils import _warm
-from labutils.isolate import IsolationError, run_isolated
+from labutils.runner import warm as _warm
+from labutils.runner.isolate import IsolationError, run_isolated
 
 pytestmark = pytest.mark.skipif(not _warm._SUPPORTED, reason="the warm launcher needs Linux with fork and pidfds")
 
@@ -101,7 +101,7 @@ def test_template_ends_with_its_process(tmp_path):
     """A runner process that exits takes its template with it (end of file on the socket)."""
     import subprocess
 
-    code = ("import labutils, sys\nfrom labutils import _warm\nr = labutils.run_isolated('print(1)')\n"
+    code = ("import labutils, sys\nfrom labutils.runner import warm as _warm\nr = labutils.run_isolated('print(1)')\n"
             "print(_warm.template_pid(), r.launcher['kind'])\nsys.stdout.flush()\nimport os\nos._exit(0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=tmp_path, env={**os.environ, "LABUTILS_LAUNCHER": "auto"})

@@ -1,5 +1,5 @@
 """python tests/update_durations.py JUNIT.xml: rewrite tests/durations.json from a run's JUnit report
-(``pytest --junitxml=JUNIT.xml``). The scheduler (labutils/_xdist_schedule.py) hands out the longest
+(``pytest --junitxml=JUNIT.xml``). The scheduler (labutils/testing/xdist_schedule.py) hands out the longest
 group first by these seconds; a stale file only changes the order, never what runs."""
 
 import collections
@@ -9,7 +9,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from labutils._xdist_schedule import DURATIONS, split_scope  # noqa: E402
+from labutils.testing.xdist_schedule import DURATIONS, split_scope  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 

@@ -4,7 +4,7 @@ Each :class:`Scenario` names its cause id (the one the diagnosis must give the b
 scripts (files in this folder; ordinary programs that ``python script.py`` runs), the notebook that
 teaches it, the run limits of each version, and the knobs it accepts: the run options a learner may
 change in the lab without changing what the scenario demonstrates. Nothing in a script tells the
-diagnosis what to find. A new cause is one catalogue entry (:mod:`labutils.causes`) plus two scripts
+diagnosis what to find. A new cause is one catalogue entry (:mod:`labutils.diagnosis.causes`) plus two scripts
 and one entry here.
 """
 

@@ -27,14 +27,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from . import _cgroup, _pids, _procs, _warm
+from . import cgroup as _cgroup
+from . import pids as _pids
+from . import procs as _procs
 from . import startmethod as _startmethod
-from ._sizes import format_size, parse_size
+from . import warm as _warm
 from .result import ExceptionInfo, ProcessInfo, RunResult
+from .sizes import format_size, parse_size
 
 START_METHODS = ("fork", "spawn", "forkserver")
-_BOOTSTRAP = str(Path(__file__).with_name("_bootstrap.py"))
-_CHILD = str(Path(__file__).with_name("_child.py"))
+_BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
+_CHILD = str(Path(__file__).with_name("child.py"))
 _SHM = "/dev/shm"
 MIN_MEMORY_BUDGET = 64 * 2**20
 MEMORY_ENFORCEMENTS = ("auto", "kernel", "watchdog")
@@ -709,7 +712,7 @@ def run_isolated(
       notebook or ``python -c``: spawn/forkserver children cannot import classes defined there.
 
     ``launcher``: ``"auto"`` (default, or ``LABUTILS_LAUNCHER``) starts the run from a warm template that
-    has imported torch already (``labutils._warm``) where that is the same as a fresh process, else cold;
+    has imported torch already (``labutils.runner.warm``) where that is the same as a fresh process, else cold;
     ``"cold"`` always starts a fresh interpreter; ``"warm"`` refuses runs that cannot start warm.
     ``result.launcher`` says which was used and why a run started cold.
 

@@ -1,6 +1,6 @@
 """Measurements the notebooks make on a finished run or on this machine (small, tested helpers).
 
-Results are data: these functions read a :class:`~labutils.result.RunResult`, they do not change it.
+Results are data: these functions read a :class:`~labutils.runner.result.RunResult`, they do not change it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def run_batches(loader, batches: int, key: str = "mem") -> dict:
     The record (``{"reports": [...], "first": ..., "items": n}``) goes to the run's values under ``key`` via
     :func:`labutils.emit`; ``first`` holds the first items of the first batch, to check the data.
     """
-    from .channel import emit
+    from ..runner.channel import emit
 
     reports, first, items = [], None, 0
     for k, (data, mem) in enumerate(loader):

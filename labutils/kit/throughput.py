@@ -24,7 +24,7 @@ __all__ = ["SetThreads", "batch_len", "interleaved", "median", "preload_forkserv
 
 def batch_len(batch: Any) -> int:
     """Number of samples in a batch: a tensor's first dimension, or that of the first tensor inside a
-    tuple, list, dict or :class:`~labutils.fixes.QuarantinedBatch` (0 for an empty quarantined batch)."""
+    tuple, list, dict or :class:`~labutils.kit.fixes.QuarantinedBatch` (0 for an empty quarantined batch)."""
     data = getattr(batch, "data", batch) if type(batch).__name__ == "QuarantinedBatch" else batch
     if data is None:
         return 0
@@ -127,7 +127,7 @@ def preload_forkserver(modules: Sequence[str] = ("torch",), start: bool = True) 
     import multiprocessing
     import os
 
-    from .startmethod import current
+    from ..runner.startmethod import current
 
     names = [modules] if isinstance(modules, str) else list(modules)
     if not names or not all(isinstance(m, str) and m for m in names):

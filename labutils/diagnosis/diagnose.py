@@ -1,10 +1,10 @@
 """Name the cause of a DataLoader failure from the evidence it left.
 
-``explain(obj)`` takes a :class:`~labutils.result.RunResult` (an isolated run: exception chains, the
+``explain(obj)`` takes a :class:`~labutils.runner.result.RunResult` (an isolated run: exception chains, the
 exit code or signal of every worker, worker stderr, the run's limits) or a live exception caught in
 the learner's own kernel (``except RuntimeError as e: labutils.explain(e)``: the exception chain, the
 DataLoader iterator found in its traceback, and this process's environment). It returns a
-:class:`Diagnosis`: one cause id of the catalogue (:mod:`labutils.causes`), a one-line summary, the
+:class:`Diagnosis`: one cause id of the catalogue (:mod:`labutils.diagnosis.causes`), a one-line summary, the
 evidence used, and the fixes, each naming the notebook that demonstrates it.
 
 How a cause is chosen
@@ -120,7 +120,7 @@ def _frame_kind(path: str) -> str:
         return "mp"
     if "/torch/" in p or "/torch/_" in p:
         return "torch"
-    if p.endswith("labutils/_bootstrap.py") or p.endswith("/runpy.py") or p in ("<string>", "<stdin>"):
+    if p.endswith("labutils/runner/bootstrap.py") or p.endswith("/runpy.py") or p in ("<string>", "<stdin>"):
         return "boot"
     if p.startswith("<frozen") or "/site-packages/" in p or "/dist-packages/" in p:
         return "lib"
@@ -336,7 +336,7 @@ def worker_death_kind(e) -> Optional[str]:
 def is_worker_death(exc: BaseException) -> bool:
     """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
 
-    The one detector of the lab (:class:`labutils.fixes.ResilientLoader` restarts on it and the
+    The one detector of the lab (:class:`labutils.kit.fixes.ResilientLoader` restarts on it and the
     diagnosis uses it): PyTorch's own ``DataLoader worker (pid ...) exited unexpectedly`` /
     ``... is killed by signal: ...``, and the race where the main process fails to fetch a dead worker's
     tensor (an EOFError or connection/file error raised in ``rebuild_storage_fd``/``recvfds``). An
@@ -1179,7 +1179,7 @@ def environment_probes(options: Optional[dict] = None, iters: Optional[list] = N
 def explain(obj) -> Diagnosis:
     """Name the cause of a failed (or successful) DataLoader run.
 
-    ``obj`` is a :class:`~labutils.result.RunResult` or a live exception (``except Exception as e:
+    ``obj`` is a :class:`~labutils.runner.result.RunResult` or a live exception (``except Exception as e:
     labutils.explain(e)``). Returns a :class:`Diagnosis`.
     """
     if isinstance(obj, BaseException):
@@ -1258,7 +1258,7 @@ def _status_lines(facts: _Facts) -> list:
 
 def _blockers(dataset) -> list:
     try:
-        from .pickling import find_unpicklable
+        from ..kit.pickling import find_unpicklable
 
         found = find_unpicklable(dataset, "dataset")
     except Exception as exc:  # noqa: BLE001

@@ -217,7 +217,7 @@ def _hint(obj: Any, main: bool) -> str:
     if any(word in name.lower() for word in ("lock", "rlock", "condition", "semaphore", "event")):
         return "drop it in __getstate__ and recreate it in __setstate__, or create it lazily in the worker"
     if any(word in name.lower() for word in ("io.", "connection", "cursor", "socket", "file", "env")):
-        return "open it lazily in each worker (labutils.fixes.LazyFile / PerWorkerResource)"
+        return "open it lazily in each worker (labutils.kit.fixes.LazyFile / PerWorkerResource)"
     if name in ("generator", "coroutine"):
         return "store what creates the generator (a list, a path, a callable), not the generator"
     return "exclude it in __getstate__ or create it lazily in each worker"

@@ -107,7 +107,7 @@ def _positive(name: str):
 
 def _size(name: str):
     def parse(text: str) -> str:
-        from ._sizes import parse_size
+        from ..runner.sizes import parse_size
 
         try:
             parse_size(text)
@@ -168,7 +168,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 def _run_supports(name: str) -> bool:
     import inspect
 
-    from .isolate import run_isolated
+    from ..runner.isolate import run_isolated
 
     return name in inspect.signature(run_isolated).parameters
 
@@ -342,7 +342,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:  # argparse's own --help inside the options
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
 
-    from .isolate import IsolationError, run_isolated
+    from ..runner.isolate import IsolationError, run_isolated
 
     # The monitor only needs to sample often when it enforces a memory budget; otherwise a slower
     # pace keeps the CPU it takes from the script (on 2 cores) out of the measured overhead.
@@ -351,7 +351,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
         if kind == "notebook":
             result = _run_notebook(args.script, kw, interval)
         elif args.torchrun:
-            from .torchrun import run_torchrun
+            from ..runner.torchrun import run_torchrun
 
             result = run_torchrun(args.script, args.args, nproc_per_node=args.nproc_per_node or 1,
                                   max_restarts=args.max_restarts or 0, sample_interval=interval, **kw)
@@ -385,7 +385,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
 # =========================================================================== notebooks
 def _run_notebook(path: str, kw: dict, interval: float):
     """Execute the notebook in a Jupyter kernel inside an isolated run; a RunResult of the kernel's evidence."""
-    from .isolate import run_isolated
+    from ..runner.isolate import run_isolated
 
     start_method = kw.pop("start_method", None)
     code = _NB_RUNNER.replace("@@CONFIG@@", repr(json.dumps({
@@ -398,7 +398,7 @@ def _run_notebook(path: str, kw: dict, interval: float):
 def _kernel_result(outer, path: str, start_method: Optional[str]):
     """A RunResult made of what the kernel recorded (its exception, loader events, workers), inside the
     outer run's limits, outcome and stderr (the kernel's and its workers' fd 2 go there)."""
-    from .result import ExceptionInfo, ProcessInfo, RunResult
+    from ..runner.result import ExceptionInfo, ProcessInfo, RunResult
 
     nb = (outer.values or {}).get("notebook")
     if outer.outcome == "unsupported" or not isinstance(nb, dict):

@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
+from ..runner.sizes import format_size, parse_size
 from . import probes
-from ._sizes import format_size, parse_size
 
 __all__ = ["CheckResult", "DoctorReport", "doctor", "doctor_main", "shm_budget"]
 
@@ -113,7 +113,7 @@ class DoctorReport:
 
 
 # ------------------------------------------------------------------------------------------------ probes
-# The measurements live in labutils.probes (shared with the diagnosis); these names are the doctor's
+# The measurements live in labutils.diagnosis.probes (shared with the diagnosis); these names are the doctor's
 # handles on them, so tests can replace one measurement without touching the machine.
 
 

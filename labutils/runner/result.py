@@ -145,7 +145,7 @@ class RunResult:
         """The cause of what happened, from :func:`labutils.explain` (computed once)."""
         cached = self.__dict__.get("_diagnosis")
         if cached is None:
-            from .diagnose import explain
+            from ..diagnosis.diagnose import explain
 
             cached = self.__dict__["_diagnosis"] = explain(self)
         return cached

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from .isolate import IsolationError, run_isolated
+from ..runner.isolate import IsolationError, run_isolated
 
 
 class _Parser(argparse.ArgumentParser):

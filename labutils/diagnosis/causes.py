@@ -83,7 +83,7 @@ _ENTRIES = [
         fixes=(
             ("Read the inner exception after 'Original Traceback' (it names the file and line in your "
              "Dataset or collate_fn); rerun with num_workers=0 to debug it in-process", "01"),
-            ("If some samples are bad, skip and record them (labutils.fixes.QuarantineDataset + "
+            ("If some samples are bad, skip and record them (labutils.kit.fixes.QuarantineDataset + "
              "collate_skip) instead of returning zeros or letting one file stop the epoch", "03"),
         ),
         messages=("Caught ValueError in DataLoader worker process 0.",),
@@ -95,7 +95,7 @@ _ENTRIES = [
         "02_spawn_and_pickling",
         fixes=(
             ("Find the attribute that cannot be pickled: labutils.find_unpicklable(dataset)", "02"),
-            ("Open files, connections and locks lazily in each worker (labutils.fixes.LazyFile / "
+            ("Open files, connections and locks lazily in each worker (labutils.kit.fixes.LazyFile / "
              "PerWorkerResource), not in __init__; keep collate_fn/worker_init_fn module-level functions, "
              "not lambdas or local functions", "02"),
             ("On Linux, multiprocessing_context='fork' avoids pickling (fork is unsafe with threads and "
@@ -138,7 +138,7 @@ _ENTRIES = [
         "03_corrupt_data",
         fixes=(
             ("A C extension crashed in the worker (decoder, OpenCV, a corrupt file): enable faulthandler "
-             "in workers (labutils.fixes.worker_init_seed_and_faulthandler) to see which sample and call",
+             "in workers (labutils.kit.fixes.worker_init_seed_and_faulthandler) to see which sample and call",
              "03"),
             ("Find and quarantine the file that crashes the decoder; validate data up front; update the "
              "native library", "03"),
@@ -189,7 +189,7 @@ _ENTRIES = [
             ("Give /dev/shm more room (docker run --shm-size=2g or --ipc=host; Kubernetes: an emptyDir "
              "with medium: Memory on /dev/shm)", "05"),
             ("Keep batch bytes x prefetch_factor x num_workers under the free /dev/shm "
-             "(labutils.doctor shows the budget)", "05"),
+             "(labutils.diagnosis.doctor shows the budget)", "05"),
         ),
         messages=("RuntimeError: unable to allocate shared memory(shm) for file </torch_...>: No space "
                   "left on device (28)",
@@ -235,7 +235,7 @@ _ENTRIES = [
             "fixes": (
                 ("Close what __getitem__ opens: `with open(path) as f:` (or PIL's `with Image.open(...)`), "
                  "so each sample gives its descriptor back; a higher ulimit only postpones a leak", "06"),
-                ("Keep one handle per worker instead of one per sample (labutils.fixes.LazyFile / "
+                ("Keep one handle per worker instead of one per sample (labutils.kit.fixes.LazyFile / "
                  "PerWorkerResource)", "02"),
                 ("Count the descriptors while it runs (ls /proc/<worker pid>/fd | wc -l): a number that "
                  "grows with every sample is the leak", "06"),
@@ -274,7 +274,7 @@ _ENTRIES = [
         fixes=(
             ("Something in the worker called sys.exit()/os._exit() or a library exited: rerun with "
              "num_workers=0 to see it in-process, and read the worker stderr", "01"),
-            ("Enable faulthandler in workers (labutils.fixes.make_worker_init) to see the last stack", "07"),
+            ("Enable faulthandler in workers (labutils.kit.fixes.make_worker_init) to see the last stack", "07"),
         ),
         messages=("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.",
                   "ConnectionResetError: [Errno 104] Connection reset by peer (in rebuild_storage_fd: an echo of a "
@@ -295,7 +295,7 @@ _ENTRIES = [
         "\"DataLoader timed out after N seconds\"",
         "DataLoader(timeout=...) expired: a worker delivered no batch in time", "07_hangs_and_timeouts",
         fixes=(
-            ("A worker did not deliver a batch in time: dump the workers' stacks (labutils.fixes."
+            ("A worker did not deliver a batch in time: dump the workers' stacks (labutils.kit.fixes."
              "make_worker_init(dump_after=...)) to see where they wait (lock, network, a deadlock after "
              "fork)", "07"),
             ("Raise DataLoader(timeout=...) only if loading is legitimately slow; otherwise fix the stuck "
@@ -311,7 +311,7 @@ _ENTRIES = [
             ("Set DataLoader(timeout=...) so a stuck worker raises instead of hanging forever", "07"),
             ("Dump the stacks of the stuck processes (faulthandler, py-spy dump) to see what they wait on",
              "07"),
-            ("Bound the job with a watchdog / retry (labutils.fixes.ResilientLoader)", "07"),
+            ("Bound the job with a watchdog / retry (labutils.kit.fixes.ResilientLoader)", "07"),
         ),
         messages=("(no message: the loop stops)",),
     ),

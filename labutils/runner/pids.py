@@ -20,7 +20,7 @@ import os
 import uuid
 from typing import Optional
 
-from ._cgroup import RunCgroup, _own_cgroup, _read, _write
+from .cgroup import RunCgroup, _own_cgroup, _read, _write
 
 #: The smallest allowance: the run's main process and its few threads must start.
 MIN_MAX_PROCESSES = 2

@@ -1,9 +1,9 @@
-"""The runner's side of the warm launcher (``_zygote.py``): when a run may start from the template, and
+"""The runner's side of the warm launcher (``zygote.py``): when a run may start from the template, and
 a Popen-like handle on a run started there.
 
 One template per runner process (a notebook kernel, a pytest worker, ``python -m labutils tour``), started
 by the first run that can use it and kept for the next ones; it ends when this process ends (end of file
-on its socket) or when :func:`shutdown` is called. A run takes the cold path (``python _bootstrap.py``,
+on its socket) or when :func:`shutdown` is called. A run takes the cold path (``python bootstrap.py``,
 a fresh interpreter) when starting from the template would not be the same thing:
 
 * ``LABUTILS_LAUNCHER=cold`` (or ``launcher="cold"``) asks for it;
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-ZYGOTE = str(Path(__file__).with_name("_zygote.py"))
+ZYGOTE = str(Path(__file__).with_name("zygote.py"))
 LAUNCHER_ENV = "LABUTILS_LAUNCHER"
 LAUNCHERS = ("auto", "warm", "cold")
 #: variables read by the lab at run time, never by an import: a change in them does not need a new template
@@ -196,7 +196,7 @@ class WarmProcess:
 
 
 def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr) -> WarmProcess:
-    """Start ``_bootstrap.py RUN_DIR`` as a child of the template; raises OSError if the template fails."""
+    """Start ``bootstrap.py RUN_DIR`` as a child of the template; raises OSError if the template fails."""
     template = _get({k: v for k, v in env.items() if k != "LABUTILS_RUN_DIR"})
     reply, fds = template.ask({"op": "spawn", "run_dir": run_dir, "cwd": os.path.abspath(cwd or os.getcwd()),
                                "env": env}, (stdout.fileno(), stderr.fileno()))
@@ -205,7 +205,7 @@ def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr) -> WarmPr
             os.close(fd)
         raise OSError(f"the warm template could not start the run: {reply}")
     proc = WarmProcess(template, int(reply["pid"]), fds[0])
-    from . import _procs
+    from . import procs as _procs
 
     proc.start_ticks = _procs.start_ticks(proc.pid)
     return proc

@@ -1,4 +1,4 @@
-"""Entry point of an isolated run: ``python _bootstrap.py RUN_DIR``.
+"""Entry point of an isolated run: ``python bootstrap.py RUN_DIR``.
 
 This file is executed by path (never imported as part of the package), so that starting a run costs
 no more than starting Python: it imports nothing heavy and leaves torch to the learner's code.
@@ -15,7 +15,7 @@ process (RLIMIT_NOFILE, start method), then runs the learner's code the way the 
 
 Its first act, when the runner made a memory-limited cgroup for the run, is to move itself into it
 (everything it starts inherits the group). DataLoader workers run their target through
-``_labutils_child.run`` (a copy of ``labutils/_child.py`` in the run directory, importable without the
+``_labutils_child.run`` (a copy of ``labutils/runner/child.py`` in the run directory, importable without the
 package), which registers their stack dump and semaphore record under spawn and forkserver too.
 
 Evidence is written to RUN_DIR as it happens (so that a run killed from outside still leaves it):

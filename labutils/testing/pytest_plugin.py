@@ -1,4 +1,4 @@
-"""pytest plugin of the lab (loaded by ``-p labutils.pytest_plugin`` in pyproject.toml).
+"""pytest plugin of the lab (loaded by ``-p labutils.testing.pytest_plugin`` in pyproject.toml).
 
 * ``--lab-start-method M`` runs the whole suite (the notebooks' kernels and every isolated run) under the
   default start method ``M`` (``fork``, ``forkserver`` or ``spawn``), through ``LABUTILS_START_METHOD``:
@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from . import startmethod
+from ..runner import startmethod
 
 
 def pytest_addoption(parser) -> None:
@@ -122,10 +122,10 @@ def pytest_generate_tests(metafunc) -> None:
 
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` (pyproject's default): the lab's scheduler, which keeps a notebook on one process
-    and hands out the longest group first (see ``labutils._xdist_schedule``)."""
+    and hands out the longest group first (see ``labutils.testing.xdist_schedule``)."""
     if getattr(config.option, "dist", None) != "loadfile":
         return None
-    from ._xdist_schedule import LongestFirstScheduling
+    from .xdist_schedule import LongestFirstScheduling
 
     return LongestFirstScheduling(config, log)
 

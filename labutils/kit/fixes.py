@@ -450,13 +450,13 @@ def pet_watchdog() -> None:
 def is_worker_death(exc: BaseException) -> bool:
     """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
 
-    The lab's one detector, shared with the diagnosis (:func:`labutils.diagnose.is_worker_death`):
+    The lab's one detector, shared with the diagnosis (:func:`labutils.diagnosis.diagnose.is_worker_death`):
     PyTorch's ``DataLoader worker (pid ...) exited unexpectedly`` and ``... is killed by signal: ...``,
     and the race where the main process fails to fetch a dead worker's tensor (an EOFError or a
     connection/file error raised in ``rebuild_storage_fd``/``recvfds``). An exception *raised by*
     ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0") is not a death.
     """
-    from .diagnose import is_worker_death as detector
+    from ..diagnosis.diagnose import is_worker_death as detector
 
     return detector(exc)
 

@@ -24,8 +24,8 @@ import threading
 import time
 from typing import Optional
 
-from .isolate import IsolationError, run_isolated
-from .result import RunResult
+from ..runner.isolate import IsolationError, run_isolated
+from ..runner.result import RunResult
 
 __all__ = ["LabUI", "lab", "script_knob_defaults", "script_diff_html"]
 
@@ -60,7 +60,7 @@ class LabUI:
     def __init__(self, scenario: str = "worker_exception", which: str = "broken"):
         import ipywidgets as w
 
-        from .causes import CAUSES
+        from ..diagnosis.causes import CAUSES
         from .live import LiveView
         from .tour import SCENARIOS
 

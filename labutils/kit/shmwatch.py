@@ -21,8 +21,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import startmethod
-from ._sizes import format_size
+from ..runner import startmethod
+from ..runner.sizes import format_size
 
 SHM_PATH = "/dev/shm"
 MiB = 2**20
@@ -247,7 +247,7 @@ def plan(
         reason = f"{ENV_PRIVATE}={env.get(ENV_PRIVATE)} (as where unshare is refused)"
     else:
         if private is None:
-            from .isolate import private_shm_support
+            from ..runner.isolate import private_shm_support
 
             private = private_shm_support()
         prefix, reason = private
@@ -341,7 +341,7 @@ def refuse_private_mounts(plan_: ShmPlan) -> bool:
     """
     if not plan_.forced:
         return False
-    from . import isolate
+    from ..runner import isolate
 
     isolate._shm_support = (None, plan_.reason)
     return True

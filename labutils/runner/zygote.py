@@ -1,8 +1,8 @@
-"""The warm launcher: ``python _zygote.py FD``, a template process that has imported torch once and forks
+"""The warm launcher: ``python zygote.py FD``, a template process that has imported torch once and forks
 one child per isolated run.
 
 Importing torch costs a process 2-3 s of CPU here; a run that starts from this template skips it. The
-child is made to look like ``python _bootstrap.py RUN_DIR`` started fresh by the runner: the same
+child is made to look like ``python bootstrap.py RUN_DIR`` started fresh by the runner: the same
 interpreter and flags, its own session, stdio, working directory and environment, a new multiprocessing
 identity (authkey, process counter), reseeded RNGs, no inherited descriptors beyond 0-2, and a normal
 interpreter exit (atexit handlers run). The runner sends a run here only when that is equivalent; runs
@@ -29,7 +29,7 @@ import os
 import socket
 import sys
 
-BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap.py")
+BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
 
 
 def _preload() -> None:

@@ -18,14 +18,14 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from .scenarios import SCENARIO_DIR, SCENARIOS, RunOptions, Scenario, get_scenario  # noqa: F401 - re-exported
+from ..scenarios import SCENARIO_DIR, SCENARIOS, RunOptions, Scenario, get_scenario  # noqa: F401 - re-exported
 
 __all__ = ["RunOptions", "Scenario", "SCENARIOS", "get_scenario", "run_scenario", "tour_main", "run_main"]
 
 
 def run_scenario(scenario, which: str):
     """Run the broken or fixed script of a scenario isolated; returns the RunResult."""
-    from .isolate import run_isolated
+    from ..runner.isolate import run_isolated
 
     sc = get_scenario(scenario) if isinstance(scenario, str) else scenario
     return run_isolated(file=sc.path(which), **sc.options(which).kwargs())

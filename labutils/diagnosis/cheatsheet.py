@@ -1,6 +1,6 @@
 """``python -m labutils cheatsheet``: the error text -> cause -> first fix -> notebook table, as Markdown.
 
-Generated from the cause catalogue (:func:`labutils.causes.cheatsheet_rows` and :data:`CATALOGUE`), so it
+Generated from the cause catalogue (:func:`labutils.diagnosis.causes.cheatsheet_rows` and :data:`CATALOGUE`), so it
 cannot drift from what the diagnosis says: ``notebooks/CHEATSHEET.md`` is this command's output, and a test
 fails when the file is out of date.
 """
