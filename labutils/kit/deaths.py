@@ -1,0 +1,147 @@
+"""How PyTorch reported a DataLoader worker's death: every shape it has, in one place.
+
+PyTorch has two independent ways of noticing that a worker died, and which one wins is a race:
+
+* the **SIGCHLD handler** (``_error_if_any_worker_fails``, C++): it runs on *any* SIGCHLD the main process
+  gets, asks each of its own worker children whether it died, and raises
+  ``DataLoader worker (pid N) is killed by signal: Killed.`` or
+  ``DataLoader worker (pid N) exited unexpectedly with exit code C.``. It can only see its own children,
+  so under ``forkserver`` (workers are the fork server's children) it never says anything;
+* the **status check** in ``_try_get_data``: when fetching a batch fails or times out, it asks every worker
+  ``is_alive()`` and raises the generic ``DataLoader worker (pid(s) N, M) exited unexpectedly`` *from*
+  whatever the fetch raised (the handler's message, a socket error, ``queue.Empty``).
+
+So one death reaches the learner in one of these shapes (ids of :data:`SHAPES`):
+
+``handler``        the handler's message alone (it fired between two fetches)
+``handler_inside`` the generic line, caused by the handler's message (it fired during a fetch)
+``status_check``   the generic line alone, or caused by something that is not the handler's message
+``socket``         a bare ``ConnectionResetError``/``EOFError``/... from receiving a dead worker's batch,
+                   with no DataLoader text at all: under forkserver, when the fetch failed before the
+                   fork server had reported the death (``is_alive()`` still said yes)
+
+A new shape is one entry in :data:`SHAPES` and one branch in :func:`classify`. Notebooks and tests check a
+death with :func:`check_death`, which also ties the shape to the start method that allows it and the pids
+PyTorch named to workers that really died.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+# id -> (what it looks like, the start methods under which PyTorch can produce it)
+SHAPES: dict = {
+    "handler": ("'DataLoader worker (pid N) is killed by signal: X' or '... exited unexpectedly with exit "
+                "code C', alone", ("fork", "spawn")),
+    "handler_inside": ("the generic 'DataLoader worker (pid(s) N) exited unexpectedly', caused by the "
+                       "handler's message", ("fork", "spawn")),
+    "status_check": ("the generic 'DataLoader worker (pid(s) N) exited unexpectedly', not caused by the "
+                     "handler's message", ("fork", "spawn", "forkserver")),
+    "socket": ("a bare socket or EOF error from receiving a dead worker's batch, no DataLoader text",
+               ("forkserver",)),
+}
+
+GENERIC = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly\s*$")
+KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)\.?")
+EXIT_CODE = re.compile(r"DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (-?\d+)")
+SOCKET_TYPES = ("ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError", "BrokenPipeError",
+                "EOFError", "FileNotFoundError")
+# the signal words PyTorch's handler prints (strsignal), by number
+SIGNAL_WORDS = {9: "Killed", 11: "Segmentation fault", 7: "Bus error", 6: "Aborted",
+                8: "Floating point exception", 4: "Illegal instruction", 15: "Terminated"}
+
+
+@dataclass
+class Death:
+    """One worker death as PyTorch reported it."""
+
+    shape: str
+    pids: tuple = ()  # the worker pids PyTorch's messages named (none for ``socket``)
+    signal_word: Optional[str] = None  # the handler's signal word ("Killed"), when it spoke
+    exitcode: Optional[int] = None  # the handler's exit code, when it spoke
+    messages: list = field(default_factory=list)  # "Type: message" of every link that decided
+
+    def __str__(self) -> str:
+        named = f" naming pid(s) {', '.join(map(str, self.pids))}" if self.pids else ""
+        return f"{self.shape}{named}: {SHAPES[self.shape][0]}"
+
+
+def _chain(run) -> list:
+    """(type, message) of every link of the run's exception chain, outermost first."""
+    return [(getattr(e, "type", type(e).__name__), str(getattr(e, "message", e)).strip())
+            for e in (getattr(run, "exceptions", None) or [])]
+
+
+def classify(run) -> Optional[Death]:
+    """The shape in which ``run``'s exception chain reports a worker's death, or None if it reports none.
+
+    ``run`` is a :class:`labutils.RunResult` (or anything with an ``exceptions`` list of records with
+    ``type`` and ``message``, outermost first).
+    """
+    chain = _chain(run)
+    handler = []
+    for etype, msg in chain:
+        for m in KILLED.finditer(msg):
+            handler.append((int(m.group(1)), m.group(2).strip(), None, f"{etype}: {m.group(0)}"))
+        for m in EXIT_CODE.finditer(msg):
+            handler.append((int(m.group(1)), None, int(m.group(2)), f"{etype}: {m.group(0)}"))
+    generic = [(etype, msg, m) for etype, msg in chain for m in [GENERIC.search(msg)] if m]
+    if generic:
+        pids = tuple(int(p) for p in generic[0][2].group(1).replace(" ", "").split(",") if p)
+        messages = [f"{generic[0][0]}: {generic[0][1]}"]
+        if handler:
+            pid, word, code, text = handler[0]
+            return Death("handler_inside", pids, word, code, messages + [text])
+        return Death("status_check", pids, messages=messages)
+    if handler:
+        pid, word, code, text = handler[0]
+        return Death("handler", (pid,), word, code, [text])
+    if chain and chain[0][0] in SOCKET_TYPES:
+        return Death("socket", messages=[f"{chain[0][0]}: {chain[0][1]}"])
+    return None
+
+
+def check_death(run, *, signal: Optional[int] = None, exitcode: Optional[int] = None,
+                start_method: Optional[str] = None) -> Death:
+    """Assert that PyTorch reported a dead worker of ``run`` in a shape its start method allows.
+
+    Checks, and raises AssertionError with the evidence where one fails:
+
+    * the chain reports a death in one of :data:`SHAPES`, and that shape is possible under the start
+      method the run's DataLoader used (``start_method`` overrides what the run recorded);
+    * some DataLoader worker of the run really died that way: killed by ``signal`` or exited with
+      ``exitcode`` (its exit status as the runner reaped it, not a message);
+    * every pid PyTorch named is one of the run's DataLoader workers, and at least one of them is a dead
+      worker of that kind; where the handler spoke, its signal word or exit code matches.
+
+    Returns the :class:`Death`, so that a lesson can print which shape this run took.
+    """
+    from .measure import run_start_method
+
+    method = start_method or run_start_method(run)
+    death = classify(run)
+    chain = _chain(run)
+    assert death is not None, f"no worker death in the exception chain: {chain}"
+    allowed = SHAPES[death.shape][1]
+    assert method in allowed, f"shape {death.shape!r} is not possible under {method}: {chain}"
+    workers = list(getattr(run, "dataloader_workers", []) or [])
+    if signal is not None:
+        dead = [w for w in workers if w.signal == signal]
+    elif exitcode is not None:
+        dead = [w for w in workers if w.exitcode == exitcode]
+    else:
+        dead = [w for w in workers if w.exitcode not in (None, 0)]
+    assert dead, f"no worker died with signal={signal} exitcode={exitcode}: {[w.status for w in workers]}"
+    if death.pids:
+        known = {w.pid for w in workers}
+        assert set(death.pids) <= known, f"PyTorch named pids {death.pids}, the run's workers are {sorted(known)}"
+        assert set(death.pids) & {w.pid for w in dead}, \
+            f"PyTorch named pids {death.pids}, the workers that died so are {[w.pid for w in dead]}"
+    if death.signal_word is not None and signal is not None and signal in SIGNAL_WORDS:
+        assert death.signal_word == SIGNAL_WORDS[signal], \
+            f"handler said {death.signal_word!r}, expected signal {signal}"
+    if death.exitcode is not None and exitcode is not None:
+        assert death.exitcode == exitcode, f"handler said exit code {death.exitcode}, expected {exitcode}"
+    return death
