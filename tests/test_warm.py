@@ -16,14 +16,18 @@ from labutils.runner.isolate import IsolationError, run_isolated
 pytestmark = pytest.mark.skipif(not _warm._SUPPORTED, reason="the warm launcher needs Linux with fork and pidfds")
 
 PROBE = """
-import json, os, sys, multiprocessing
+import sys
+TORCH_LOADED = "torch" in sys.modules  # before this cell's own import: it came from the template
+import json, os, random, sys, multiprocessing
 import numpy as np
+import torch
 import labutils
 labutils.emit(
     argv0=sys.argv[0], cwd=os.getcwd(), fds=sorted(int(f) for f in os.listdir("/proc/self/fd")),
     authkey=multiprocessing.current_process().authkey.hex(), numpy=int(np.random.randint(0, 2**31)),
     sid=os.getsid(0), pid=os.getpid(), marker=os.environ.get("LABUTILS_RUN_DIR"),
-    torch_loaded="torch" in sys.modules,
+    torch_loaded=TORCH_LOADED, torch_seed=torch.initial_seed(), torch_rand=torch.rand(1).item(),
+    random=random.random(),
 )
 """
 
@@ -41,6 +45,10 @@ def test_warm_runs_share_one_template_and_each_looks_fresh(tmp_path):
     assert a["sid"] == a["pid"]  # its own session, as the cold path's start_new_session gives
     assert a["marker"] and a["marker"] != b["marker"]  # each run's own LABUTILS_RUN_DIR
     assert a["authkey"] != b["authkey"] and a["numpy"] != b["numpy"]  # a new identity, fresh seeds
+    # torch seeded its default generator once, at `import torch` in the template: each warm run reseeds it
+    # from the OS, as a cold run's own import does (same seed in both meant the same shuffles, worker seeds)
+    assert a["torch_seed"] != b["torch_seed"] and a["torch_rand"] != b["torch_rand"]
+    assert a["random"] != b["random"]  # CPython reseeds `random` at fork by itself
     assert len(a["fds"]) <= 6, a["fds"]  # 0-2 and what the probe opened: nothing of the template's
 
 

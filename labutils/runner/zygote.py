@@ -4,10 +4,11 @@ one child per isolated run.
 Importing torch costs a process 2-3 s of CPU here; a run that starts from this template skips it. The
 child is made to look like ``python bootstrap.py RUN_DIR`` started fresh by the runner: the same
 interpreter and flags, its own session, stdio, working directory and environment, a new multiprocessing
-identity (authkey, process counter), reseeded RNGs, no inherited descriptors beyond 0-2, and a normal
+identity (authkey, process counter), reseeded RNGs (torch's default generator and numpy's global one;
+Python's ``random`` reseeds itself at fork), no inherited descriptors beyond 0-2, and a normal
 interpreter exit (atexit handlers run). The runner sends a run here only when that is equivalent; runs
 whose environment must exist before torch is imported, with a memory budget, a private /dev/shm or another
-interpreter take the cold path (see ``isolate._warm_refusal``).
+interpreter take the cold path (see ``warm.refusal``).
 
 Executed by path, never imported as part of the package. The protocol, one JSON line each way on the
 socket ``FD`` (a socketpair with the runner), one request at a time:
@@ -85,13 +86,27 @@ def _become_run(sock: socket.socket, req: dict, out_fd: int, err_fd: int) -> Non
     mp_process._process_counter = __import__("itertools").count(1)
     mp_process._children = set()
     mp_process.current_process()._config["authkey"] = mp_process.AuthenticationString(os.urandom(32))
-    np = sys.modules.get("numpy")
-    if np is not None:
-        np.random.seed()  # a fresh process draws its global seed from the OS; so does this one
+    _reseed()
     sys.argv = [BOOTSTRAP, req["run_dir"]]
     import runpy
 
     runpy.run_path(BOOTSTRAP, run_name="__main__")  # ends with sys.exit(main()) like the cold path
+
+
+def _reseed() -> None:
+    """Draw new seeds from the OS, as a fresh process does: ``import torch`` seeded torch's default CPU
+    generator once, in the template, and nothing reseeds it at fork (torch registers no at-fork hook), so
+    without this every warm run would share ``torch.initial_seed()``, shuffle orders and worker seeds.
+    CUDA is never initialised in the template, so the CPU generator is the only one to reseed."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.seed()
+        except Exception:  # noqa: BLE001, S110 - a broken torch: the run's own import shows why
+            pass
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed()  # numpy's global RandomState: from the OS, as in a fresh process
 
 
 def _max_fd() -> int:
