@@ -14,6 +14,8 @@ Heavy or optional parts (torch, ipywidgets) are imported only when used, so that
 stays cheap inside an isolated run.
 """
 
+import sys
+
 from . import lab
 from .diagnosis.diagnose import Diagnosis, Fix, explain
 from .diagnosis.doctor import CheckResult, DoctorReport, doctor, shm_budget
@@ -49,11 +51,23 @@ __all__ = [
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext labutils`` registers the ``%%isolate`` cell magic."""
+    """``%load_ext labutils`` registers the ``%%isolate`` cell magic (and applies the start-method switch)."""
     from .lab.magic import load_ipython_extension as _load
 
+    _startmethod.apply_requested()
     _load(ipython)
 
 
-# The lab's start-method switch (LABUTILS_START_METHOD): the kernel gets the same default as every run.
-_startmethod.apply_requested()
+def _in_notebook_kernel() -> bool:
+    shell = sys.modules.get("IPython")
+    try:
+        return shell is not None and shell.get_ipython() is not None
+    except Exception:  # noqa: BLE001 - an IPython in a strange state: not a kernel of the lab
+        return False
+
+
+# The lab's start-method switch (LABUTILS_START_METHOD): a notebook kernel gets the same default as every
+# run. Only there: a learner's own script that imports labutils.kit.fixes keeps Python's default (the
+# isolated runs apply the switch in their bootstrap, and the lab's pytest plugin in its own process).
+if _in_notebook_kernel():
+    _startmethod.apply_requested()

@@ -136,7 +136,8 @@ def test_the_live_feed_ends_with_the_run_s_final_batch_count(tmp_path):
     import subprocess
     import sys
 
-    from labutils.runner.isolate import _Monitor
+    from labutils.runner.monitor import Monitor
+    from labutils.runner.spec import RunSpec
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
 
@@ -156,7 +157,7 @@ def test_the_live_feed_ends_with_the_run_s_final_batch_count(tmp_path):
             fh.write(json.dumps(rec) + "\n")
 
     samples = []
-    monitor = _Monitor(Ended(), str(tmp_path), 0.05, None, False, on_sample=samples.append)
+    monitor = Monitor(Ended(), str(tmp_path), RunSpec(mode="code", on_sample=samples.append))
     record(event="iter", t=time.time(), iter=1)
     record(event="progress", t=time.time(), batches=3, iter=1)
     monitor.start()

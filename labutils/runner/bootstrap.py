@@ -37,6 +37,19 @@ import time
 import traceback
 import weakref
 
+
+def _by_path(name: str):
+    """A module of this folder, loaded by path (importing the package would cost the run its start-up)."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("_labutils_" + name, os.path.join(here, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_rd = _by_path("rundir")  # the run directory's file names
 RUN_DIR = sys.argv[1]
 MAIN_PID = os.getpid()
 _started = []  # BaseProcess objects started by the main process
@@ -49,9 +62,8 @@ def _join_cgroup(procs_file: str) -> None:
         with open(procs_file, "w", encoding="ascii") as fh:
             fh.write(str(os.getpid()))
     except OSError as exc:
-        print(f"labutils: could not join the run's cgroup ({procs_file}: {exc.strerror}); "
-              "the run did not start", file=sys.stderr)
-        sys.exit(3)
+        print(f"{_rd.JOIN_FAILED_TEXT} ({procs_file}: {exc.strerror}); the run did not start", file=sys.stderr)
+        sys.exit(_rd.JOIN_FAILED)
 
 
 def _start_ticks(pid: int):
@@ -105,7 +117,7 @@ def _record_exit_of(popen_class) -> None:
         code = original(self, *args, **kwargs)
         if code is not None and not getattr(self, "_labutils_exit_logged", False) and os.getpid() == MAIN_PID:
             self._labutils_exit_logged = True
-            _append("exits.jsonl", {"pid": self.pid, "exitcode": code, "t": time.time()})
+            _append(_rd.EXITS, {"pid": self.pid, "exitcode": code, "t": time.time()})
         return code
 
     poll._labutils_wrapped = True
@@ -133,7 +145,7 @@ def _track_processes() -> None:
             return
         _record_exit_of(type(self._popen))
         _started.append(self)
-        _append("procs.jsonl", {
+        _append(_rd.PROCS, {
             "pid": self.pid, "name": self.name, "t": time.time(), "start_ticks": _start_ticks(self.pid),
             "target": qualname, "method": type(self).__name__,
         })
@@ -179,7 +191,7 @@ def _watch_dataloader() -> None:
                 return original_iter(self)
             except BaseException as exc:
                 if os.getpid() == MAIN_PID:
-                    _append("loader.jsonl", {"event": "init_error", "t": time.time(), "chain": _chain(exc)})
+                    _append(_rd.LOADER, {"event": "init_error", "t": time.time(), "chain": _chain(exc)})
                 raise
 
         def __init__(self, loader, *a, **kw):
@@ -196,7 +208,7 @@ def _watch_dataloader() -> None:
                 method = ctx.get_start_method() if ctx is not None else tmp.get_start_method()
             except Exception:  # noqa: BLE001 - evidence is best effort
                 strategy = method = None
-            _append("loader.jsonl", {
+            _append(_rd.LOADER, {
                 "event": "iter", "t": time.time(), "iter": counter[0], "num_workers": loader.num_workers,
                 "timeout": loader.timeout, "start_method": method, "sharing_strategy": strategy,
                 "pin_memory": loader.pin_memory, "persistent_workers": loader.persistent_workers,
@@ -206,7 +218,7 @@ def _watch_dataloader() -> None:
 
         def _progress(self, now: float) -> None:
             self._labutils_last = now
-            _append("loader.jsonl", {"event": "progress", "t": now, "batches": self._labutils_batches,
+            _append(_rd.LOADER, {"event": "progress", "t": now, "batches": self._labutils_batches,
                                      "iter": self._labutils_iter})
 
         def __next__(self):
@@ -218,7 +230,7 @@ def _watch_dataloader() -> None:
                 raise
             except BaseException as exc:
                 if os.getpid() == MAIN_PID:
-                    _append("loader.jsonl", {"event": "error", "t": time.time(), "chain": _chain(exc)})
+                    _append(_rd.LOADER, {"event": "error", "t": time.time(), "chain": _chain(exc)})
                     if getattr(self, "_labutils_iter", None) is not None:
                         _progress(self, time.time())
                 raise
@@ -248,7 +260,7 @@ def _watch_dataloader() -> None:
                 try:
                     patch(module)
                 except Exception as exc:  # noqa: BLE001 - never break the learner's import
-                    _append("loader.jsonl", {"event": "patch_failed", "error": repr(exc)})
+                    _append(_rd.LOADER, {"event": "patch_failed", "error": repr(exc)})
 
             spec.loader.exec_module = exec_module
             return spec
@@ -275,7 +287,7 @@ def _watch_sigchld() -> None:
             original()
         except BaseException as exc:
             if os.getpid() == MAIN_PID:  # "sigchld_error": the diagnosis reads the chains below it instead
-                _append("loader.jsonl", {"event": "sigchld_error", "t": time.time(), "chain": _chain(exc)})
+                _append(_rd.LOADER, {"event": "sigchld_error", "t": time.time(), "chain": _chain(exc)})
             raise
 
     checked._labutils_wrapped = True
@@ -284,13 +296,7 @@ def _watch_sigchld() -> None:
 
 def _lab_default_start_method() -> None:
     """Apply the lab's start-method switch (``LABUTILS_START_METHOD``) as a changed default, not a set one."""
-    import importlib.util
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location("_labutils_startmethod", os.path.join(here, "startmethod.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # by path: importing the package would cost the run its start-up time
-    module.apply_requested(emulate_preload=True)
+    _by_path("startmethod").apply_requested(emulate_preload=True)
 
 
 def _finish(code: int) -> None:
@@ -304,7 +310,7 @@ def _finish(code: int) -> None:
         except Exception:  # noqa: BLE001 - a process object in a strange state
             pass
         records.append({"pid": proc.pid, "name": proc.name, "exitcode": exitcode})
-    with open(os.path.join(RUN_DIR, "final.json"), "w", encoding="utf-8") as fh:
+    with open(os.path.join(RUN_DIR, _rd.FINAL), "w", encoding="utf-8") as fh:
         json.dump({"exit": code, "processes": records}, fh)
 
 
@@ -328,7 +334,7 @@ def _die_with_runner() -> None:
 
 def main() -> int:
     _die_with_runner()
-    with open(os.path.join(RUN_DIR, "config.json"), encoding="utf-8") as fh:
+    with open(os.path.join(RUN_DIR, _rd.CONFIG), encoding="utf-8") as fh:
         cfg = json.load(fh)
     if cfg.get("cgroup_procs"):
         _join_cgroup(cfg["cgroup_procs"])
@@ -347,7 +353,7 @@ def main() -> int:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(cfg["nproc"]), resource.getrlimit(resource.RLIMIT_NPROC)[1]))
 
     # The runner sends SIGUSR1 before a hard kill (time limit, stall): where was each process stuck?
-    sys.path.append(os.path.join(RUN_DIR, "py"))  # _labutils_child, also for spawn/forkserver workers
+    sys.path.append(os.path.join(RUN_DIR, _rd.PY))  # _labutils_child, also for spawn/forkserver workers
     import _labutils_child
 
     _labutils_child.register_stacks(RUN_DIR)
@@ -382,7 +388,7 @@ def main() -> int:
                 obj = getattr(obj, part)
             value = obj(*cfg.get("args", []), **cfg.get("kwargs", {}))
             if value is not None:
-                with open(os.path.join(RUN_DIR, "value.json"), "w", encoding="utf-8") as fh:
+                with open(os.path.join(RUN_DIR, _rd.VALUE), "w", encoding="utf-8") as fh:
                     json.dump(value, fh, default=repr)
         elif mode == "notebook_main":
             import types
@@ -408,7 +414,7 @@ def main() -> int:
             print(exc.code, file=sys.stderr)
             code = 1
     except BaseException as exc:  # noqa: BLE001 - report everything, like the interpreter would
-        with open(os.path.join(RUN_DIR, "exc.json"), "w", encoding="utf-8") as fh:
+        with open(os.path.join(RUN_DIR, _rd.EXC), "w", encoding="utf-8") as fh:
             json.dump(_chain(exc), fh, default=repr)
         traceback.print_exception(type(exc), exc, exc.__traceback__)
         code = 1

@@ -19,12 +19,11 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import subprocess
 import time
 import uuid
 from typing import Optional
 
-_systemd_ok: Optional[tuple] = None
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _mountinfo() -> list:
@@ -44,36 +43,59 @@ def _mountinfo() -> list:
     return out
 
 
-def _own_cgroup(controller: str, v2_file: str, v2_missing: str) -> tuple:
-    """``(version, directory)`` of this process's ``controller`` cgroup, or ``(None, reason)``. Under
-    cgroup v2 the controller must be listed in the directory's ``v2_file``; ``v2_missing`` (formatted
-    with ``directory``) says why not."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as fh:
-            entries = [line.rstrip("\n").split(":", 2) for line in fh if line.count(":") >= 2]
-    except OSError:
+def proc_cgroups(pid="self") -> Optional[list]:
+    """``/proc/PID/cgroup`` as ``[(hierarchy id, [controllers], path)]``, or None where unreadable: the one
+    parser of that file (v1 lines name their controllers; the v2 line is ``0::PATH``)."""
+    text = _read(f"/proc/{pid}/cgroup")
+    if text is None:
+        return None
+    out = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            out.append((parts[0], [c for c in parts[1].split(",") if c], parts[2]))
+    return out
+
+
+def own_cgroup(controller: str) -> tuple:
+    """``(version, directory)`` of this process's ``controller`` cgroup, or ``(None, reason)``. Under cgroup
+    v2 the controller must be available there (``cgroup.controllers``)."""
+    entries = proc_cgroups()
+    if entries is None:
         return None, "no /proc/self/cgroup (not Linux, or /proc is not mounted)"
     mounts = _mountinfo()
     for _hid, controllers, path in entries:
-        if controller in controllers.split(","):
+        if controller in controllers:
             for m in mounts:
                 if m["fstype"] == "cgroup" and controller in m["options"].split(","):
                     return 1, _join(m, path)
             return None, f"the {controller} controller (cgroup v1) is not mounted here"
     for hid, controllers, path in entries:
-        if hid == "0" and controllers == "":
+        if hid == "0" and not controllers:
             for m in mounts:
                 if m["fstype"] == "cgroup2":
                     directory = _join(m, path)
-                    if controller not in (_read(os.path.join(directory, v2_file)) or "").split():
-                        return None, v2_missing.format(directory=directory)
+                    if controller not in (_read(os.path.join(directory, "cgroup.controllers")) or "").split():
+                        return None, f"the {controller} controller is not available in {directory}"
                     return 2, directory
     return None, f"this process is in no {controller} cgroup"
 
 
 def _own_memory_cgroup() -> tuple:
     """``(version, directory)`` of this process's memory cgroup, or ``(None, reason)``."""
-    return _own_cgroup("memory", "cgroup.controllers", "the memory controller is not available in {directory}")
+    return own_cgroup("memory")
+
+
+def creator_tag() -> str:
+    """``PID.TICKS`` of this process: who made a group or run directory, by identity (a pid number alone
+    could be someone else's by the time it is read)."""
+    from .procs import start_ticks
+
+    return f"{os.getpid()}.{start_ticks(os.getpid())}"
+
+
+#: a lab group's name: ``labutils-{run,pids,probe}-PID.TICKS-HEX`` (the creator's identity, then a nonce)
+GROUP_PREFIXES = ("labutils-run-", "labutils-pids-", "labutils-probe-")
 
 
 def _join(mount: dict, path: str) -> str:
@@ -109,10 +131,29 @@ class RunCgroup:
     """One run's child cgroup (``kind="child"``) or systemd scope (``kind="systemd"``)."""
 
     def __init__(self, kind: str, version: int, directory: Optional[str], limit: int, mechanism: str,
-                 prefix: Optional[list] = None):
+                 prefix: Optional[list] = None, unit: Optional[str] = None, limit_file: Optional[str] = None):
         self.kind, self.version, self.directory, self.limit = kind, version, directory, limit
-        self.mechanism, self.prefix = mechanism, prefix or []
+        self.mechanism, self.prefix, self.unit = mechanism, prefix or [], unit
+        self.limit_file = limit_file or ("memory.limit_in_bytes" if version == 1 else "memory.max")
         self.last_record: Optional[dict] = None
+        #: None until the limit file was read back; then True (it holds the limit) or False (see ``why``)
+        self.verified: Optional[bool] = None
+        self.why: Optional[str] = None
+
+    def verify(self) -> Optional[bool]:
+        """Read the group's limit file back: True when the kernel holds ``limit`` there (to a page), False
+        when it holds something else or nothing; None while the directory is not known yet."""
+        if self.directory is None:
+            return None
+        path = os.path.join(self.directory, self.limit_file)
+        text = (_read(path) or "").strip()
+        if text.isdigit() and abs(int(text) - self.limit) < _PAGE:
+            self.verified, self.why = True, None
+        else:
+            self.verified = False
+            self.why = (f"{path} reads {text or 'nothing'}, not {self.limit}: the kernel does not enforce the "
+                        "limit there (memory on cgroup v1, or the controller not delegated)")
+        return self.verified
 
     # ---------------------------------------------------------------- for the bootstrap
     @property
@@ -121,17 +162,17 @@ class RunCgroup:
         return os.path.join(self.directory, "cgroup.procs") if self.kind == "child" else None
 
     def locate(self, pid: int) -> None:
-        """For a systemd scope: find its directory from the run's main process, once it runs."""
-        if self.directory is not None:
+        """For a systemd scope: find its directory from the run's main process once systemd has moved it
+        into the run's own unit (``<unit>.scope``; until then the process is still in the kernel's group,
+        often a terminal's ``*.scope``, which is not the run's), then read its limit back."""
+        if self.directory is not None or not self.unit:
             return
-        text = _read(f"/proc/{pid}/cgroup") or ""
-        for line in text.splitlines():
-            hid, _, rest = line.partition(":")
-            controllers, _, path = rest.partition(":")
-            if hid == "0" and controllers == "" and path.endswith(".scope"):
+        for hid, controllers, path in proc_cgroups(pid) or []:
+            if hid == "0" and not controllers and path.endswith("/" + self.unit + ".scope"):
                 for m in _mountinfo():
                     if m["fstype"] == "cgroup2":
                         self.directory = _join(m, path)
+                        self.verify()
                         return
 
     # ---------------------------------------------------------------- evidence
@@ -176,13 +217,10 @@ class RunCgroup:
         """Is ``pid`` in this group now (from /proc/PID/cgroup)?"""
         if self.directory is None:
             return False
-        text = _read(f"/proc/{pid}/cgroup") or ""
         tail = "/" + os.path.basename(self.directory)
-        for line in text.splitlines():
-            parts = line.split(":", 2)
-            if len(parts) == 3 and parts[2].endswith(tail):
-                if self.version == 2 or "memory" in parts[1].split(","):
-                    return True
+        for _hid, controllers, path in proc_cgroups(pid) or []:
+            if path.endswith(tail) and (self.version == 2 or bool(set(controllers) & {"memory", "pids"})):
+                return True
         return False
 
     def remove(self, timeout: float = 3.0) -> Optional[str]:
@@ -213,7 +251,7 @@ def prepare(limit: int) -> tuple:
         reasons.append(reason)
     else:
         reasons.append(where)
-    group, reason = _systemd_scope(limit)
+    group, reason = _systemd_scope(limit, version)
     if group is not None:
         return group, None
     reasons.append(reason)
@@ -226,7 +264,7 @@ def _child_group(version: int, parent: str, limit: int) -> tuple:
         if "memory" not in control:
             return None, (f"cgroup v2: the memory controller is not enabled for children of {parent} "
                           "(the lab writes no cgroup file but its own run's)")
-    name = f"labutils-run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    name = f"labutils-run-{creator_tag()}-{uuid.uuid4().hex[:8]}"
     directory = os.path.join(parent, name)
     try:
         os.mkdir(directory)
@@ -255,31 +293,27 @@ def _child_group(version: int, parent: str, limit: int) -> tuple:
         except OSError:
             pass
         return None, f"cannot set a memory limit on a child cgroup under {parent}: {exc.strerror}"
-    return RunCgroup("child", version, directory, limit, mechanism), None
+    group = RunCgroup("child", version, directory, limit, mechanism)
+    if not group.verify():
+        group.remove()
+        return None, f"a child cgroup under {parent} does not hold the limit: {group.why}"
+    return group, None
 
 
-def _systemd_scope(limit: int) -> tuple:
-    global _systemd_ok
-    tool = shutil.which("systemd-run")
-    if tool is None:
-        return None, "systemd-run is not installed"
-    if _systemd_ok is None:
-        probe = [tool, "--user", "--scope", "--quiet", "-p", "MemoryMax=64M", "-p", "MemorySwapMax=0", "true"]
-        try:
-            done = subprocess.run(probe, capture_output=True, text=True, timeout=15)
-            ok = done.returncode == 0
-            why = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["failed"]
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            ok, why = False, [str(exc)]
-        _systemd_ok = (ok, None if ok else f"systemd-run --user --scope refused: {why[0]}")
-    ok, why = _systemd_ok
-    if not ok:
-        return None, why
-    unit = f"labutils-run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+def _systemd_scope(limit: int, version: Optional[int]) -> tuple:
+    if version == 1:
+        return None, "memory is on cgroup v1 here, where systemd's MemoryMax= limits nothing"
+    from . import capabilities
+
+    cap = capabilities.systemd_scope()
+    if not cap.available:
+        return None, f"systemd-run --user --scope: {cap.result}"
+    tool = shutil.which("systemd-run") or "systemd-run"
+    unit = f"labutils-run-{creator_tag()}-{uuid.uuid4().hex[:8]}"
     prefix = [tool, "--user", "--scope", "--quiet", "--collect", f"--unit={unit}",
               "-p", f"MemoryMax={limit}", "-p", "MemorySwapMax=0", "--"]
     return RunCgroup("systemd", 2, None, limit, "systemd-run --user --scope MemoryMax + MemorySwapMax=0",
-                     prefix), None
+                     prefix, unit=unit), None
 
 
 def kernel_log_reader():

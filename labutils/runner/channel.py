@@ -11,13 +11,15 @@ import json
 import os
 from typing import Any
 
+from .rundir import EMITTED
+
 
 def emit(**values: Any) -> dict:
     """Record JSON-able ``values`` for the notebook that started this run (later keys win)."""
     run_dir = os.environ.get("LABUTILS_RUN_DIR")
     if run_dir and os.path.isdir(run_dir):
         line = json.dumps(values, default=_jsonable) + "\n"
-        fd = os.open(os.path.join(run_dir, "emitted.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(os.path.join(run_dir, EMITTED), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             os.write(fd, line.encode("utf-8"))
         finally:

@@ -20,7 +20,7 @@ import os
 import uuid
 from typing import Optional
 
-from .cgroup import RunCgroup, _own_cgroup, _read, _write
+from .cgroup import RunCgroup, _read, _write, creator_tag, own_cgroup
 
 #: The smallest allowance: the run's main process and its few threads must start.
 MIN_MAX_PROCESSES = 2
@@ -28,15 +28,17 @@ MIN_MAX_PROCESSES = 2
 
 def _own_pids_cgroup() -> tuple:
     """``(version, directory)`` of this process's pids cgroup, or ``(None, reason)``."""
-    return _own_cgroup("pids", "cgroup.subtree_control",
-                       "cgroup v2: the pids controller is not enabled for children of {directory}")
+    version, where = own_cgroup("pids")
+    if version == 2 and "pids" not in (_read(os.path.join(where, "cgroup.subtree_control")) or "").split():
+        return None, f"cgroup v2: the pids controller is not enabled for children of {where}"
+    return version, where
 
 
 def _child_group(limit: int) -> tuple:
     version, parent = _own_pids_cgroup()
     if version is None:
         return None, parent
-    directory = os.path.join(parent, f"labutils-pids-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    directory = os.path.join(parent, f"labutils-pids-{creator_tag()}-{uuid.uuid4().hex[:8]}")
     try:
         os.mkdir(directory)
     except OSError as exc:
@@ -49,7 +51,11 @@ def _child_group(limit: int) -> tuple:
         except OSError:
             pass
         return None, f"cannot set pids.max on a child cgroup under {parent}: {exc.strerror}"
-    return RunCgroup("child", version, directory, limit, f"cgroup v{version} child pids.max"), None
+    group = RunCgroup("child", version, directory, limit, f"cgroup v{version} child pids.max", limit_file="pids.max")
+    if not group.verify():
+        group.remove()
+        return None, f"a child cgroup under {parent} does not hold pids.max: {group.why}"
+    return group, None
 
 
 def user_tasks(uid: int) -> int:

@@ -10,12 +10,18 @@ until the end) or when it is verified, at the moment the runner holds a handle o
 
 The handle is a pidfd (Linux >= 5.3): signals go through it, so a pid recycled by someone else can never
 be hit. The check is made after the pidfd is open and while the process is alive, so the number checked is
-the process the handle holds. Where pidfds do not exist, the start time in ``/proc/PID/stat`` (or psutil's
-create time) is checked again right before each signal.
+the process the handle holds. Where pidfds do not work (``capabilities.pidfd``: tried, not assumed), the
+start time in ``/proc/PID/stat`` is checked again right before each signal (a window of microseconds
+between the check and the signal remains, as in psutil).
+
+The rules that trust the main process's *number* (its session, its descendants, its process group) hold
+only while it is not reaped: its un-reaped zombie keeps the number. That is checked through its pidfd (a
+null signal succeeds for a zombie and fails once it is reaped) or, without one, its start time.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -23,7 +29,8 @@ import threading
 import time
 from typing import Optional
 
-_HAS_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+from . import capabilities as _caps
+
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 HELPER_NAMES = ("torch_shm_manager",)
 HELPER_CMDLINE = ("multiprocessing.resource_tracker",)
@@ -76,14 +83,37 @@ class RunProcess:
 class RunProcesses:
     """The verified processes of one run, with a handle on each."""
 
-    def __init__(self, run_dir: str, leader_pid: int, cgroup=None):
+    def __init__(self, run_dir: str, leader_pid: Optional[int], cgroup=None):
         self.leader = leader_pid
         self.marker = b"LABUTILS_RUN_DIR=" + os.fsencode(run_dir) + b"\0"
         self.cgroup = cgroup
         self.known: dict = {}
         self.refused: dict = {}  # pid -> start ticks of processes checked and found not ours
         self.lock = threading.Lock()
-        self.adopt(leader_pid, why="started by the lab")
+        self._leader_ticks = _start_ticks_of(leader_pid)
+        if leader_pid is not None:
+            self.adopt(leader_pid, why="started by the lab")
+
+    @classmethod
+    def orphans(cls, run_dir: str) -> "RunProcesses":
+        """The processes of a run whose runner is gone: known by the run's environment marker alone."""
+        return cls(run_dir, None)
+
+    def leader_unreaped(self) -> bool:
+        """Is the main process still un-reaped (alive or a zombie), so that its number is still its own?"""
+        if self.leader is None:
+            return False
+        leader = self.known.get(self.leader)
+        fd = leader.pidfd if leader is not None else None
+        if fd is not None:
+            try:
+                signal.pidfd_send_signal(fd, 0)
+                return True
+            except ProcessLookupError:
+                return False
+            except OSError:
+                pass
+        return self._leader_ticks is not None and start_ticks(self.leader) == self._leader_ticks
 
     # ---------------------------------------------------------------- identity
     def _environ_marked(self, pid: int) -> bool:
@@ -98,11 +128,13 @@ class RunProcesses:
         id and nobody else's; an orphaned worker keeps it after its parent is gone."""
         fields = stat_fields(pid)
         try:
-            return bool(fields) and int(fields[3]) == self.leader
+            return bool(fields) and int(fields[3]) == self.leader and self.leader_unreaped()
         except (IndexError, ValueError):
             return False
 
     def _descends(self, pid: int) -> bool:
+        if not self.leader_unreaped():
+            return False
         seen = 0
         while pid > 1 and seen < 64:
             if pid == self.leader:
@@ -125,11 +157,13 @@ class RunProcesses:
             if self.refused.get(pid) == now_ticks:
                 return None
             pidfd = None
-            if _HAS_PIDFD:
+            if _caps.has_pidfd():
                 try:
                     pidfd = os.pidfd_open(pid)
-                except OSError:
-                    return None
+                except OSError as exc:
+                    if exc.errno == errno.ESRCH:
+                        return None  # gone already
+                    pidfd = None  # out of fds, say: the start-time path below still identifies it
             # The pidfd is open: while the process it holds is alive, ``pid`` means that process.
             ok = start_ticks(pid) == now_ticks and not self._exited_fd(pidfd)
             if ok and pid != self.leader:
@@ -151,8 +185,9 @@ class RunProcesses:
     def _exited_fd(pidfd: Optional[int]) -> bool:
         if pidfd is None:
             return False
-        readable, _, _ = select.select([pidfd], [], [], 0)
-        return bool(readable)
+        poller = select.poll()  # not select(): fd numbers above 1023 are fine
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(0))
 
     def sweep(self) -> None:
         """Adopt every live process carrying this run's marker or sitting in its cgroup."""
@@ -168,7 +203,7 @@ class RunProcesses:
                                               or self._environ_marked(pid)):
                     candidates.add(pid)
         for pid in candidates:
-            self.adopt(pid, why="carries the run's marker" if pid not in self.known else "")
+            self.adopt(pid, why="found by the sweep (marker, session or cgroup)")
 
     # ---------------------------------------------------------------- state and signals
     def alive(self, proc: RunProcess) -> bool:
@@ -200,13 +235,14 @@ class RunProcesses:
             procs = list(self.known.values())
         return [p for p in procs if self.alive(p)]
 
-    def terminate(self, leader_alive: bool, helper_grace: float = 2.0) -> list:
+    def terminate(self, leader_alive: bool = True, helper_grace: float = 2.0) -> list:
         """SIGKILL every process of the run, the run's clean-up helpers last; return pids still alive.
 
         Helpers (multiprocessing's resource_tracker, torch_shm_manager) unlink what the run registered with
         them once every other process of the run is gone, so they get ``helper_grace`` seconds to do that
-        and exit by themselves. The process group of the main process is killed while the main process is
-        still un-reaped (it is the group's leader: its number cannot have been reused).
+        and exit by themselves. The process group of the main process is killed only while the main process
+        is verifiably un-reaped (it is the group's leader: its number cannot have been reused); once someone
+        else reaped it (SIGCHLD ignored in the kernel, a dead template), the number may be a stranger's.
         """
         for _round in range(2):
             self.sweep()
@@ -222,10 +258,11 @@ class RunProcesses:
             for proc in others:
                 self.send(proc, signal.SIGKILL)
             time.sleep(0.02)
-        try:
-            os.killpg(self.leader, signal.SIGKILL)  # the leader is not reaped yet: the group is ours
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.leader_unreaped():
+            try:
+                os.killpg(self.leader, signal.SIGKILL)  # the leader is not reaped: the group is ours
+            except (ProcessLookupError, PermissionError):
+                pass
         self.sweep()
         for proc in self.living():
             self.send(proc, signal.SIGKILL)
@@ -245,6 +282,10 @@ class RunProcesses:
                     except OSError:
                         pass
                     proc.pidfd = None
+
+
+def _start_ticks_of(pid: Optional[int]) -> Optional[int]:
+    return None if pid is None else start_ticks(pid)
 
 
 def _identify(pid: int) -> tuple:

@@ -106,6 +106,13 @@ class RunResult:
     shm_created: list = field(default_factory=list)
     #: {"kind": "warm"|"cold", "why_cold": str|None}: whether the run started from the warm template
     launcher: Optional[dict] = None
+    #: {"stdout"|"stderr": {"size", "kept", "cut", "cap"}} for output longer than the cap: its first and
+    #: last halves are kept, the middle is cut (a line in the text says where); {} when nothing was cut
+    truncated: dict = field(default_factory=dict)
+    #: errors the monitor met while the run went (it carried on; with a watchdog budget it stopped the run)
+    monitor_errors: list = field(default_factory=list)
+    #: cgroups made for the run that could not be removed after it (expected: [])
+    leftover_cgroups: list = field(default_factory=list)
 
     # ------------------------------------------------------------------ convenient views
     @property

@@ -14,7 +14,15 @@ a fresh interpreter) when starting from the template would not be the same thing
 * a process limit (``max_processes``): the kernel counts threads too, and a warm child lacks the idle
   OpenBLAS thread a fresh process has;
 * a private /dev/shm or a systemd scope: a wrapper command starts the run;
-* another interpreter (``python=``), or a platform without fork and pidfds.
+* the learner's code sets an environment variable before it imports torch or numpy (``os.environ[...] =
+  ...``, ``setdefault``, ``update``, ``putenv``): native libraries read ``OMP_NUM_THREADS`` and the like
+  when they load, and in the template they loaded long ago;
+* another interpreter (``python=``), or a platform without fork and working pidfds (tried, see
+  ``capabilities.pidfd``: without them the runner could not hold the template's child).
+
+Every request to the template has a time limit, and a request that fails in any way (a timeout, an
+interrupt between the question and the answer) discards the template: an answer left in the socket would
+be read as the answer to the next question.
 
 The template is started with this process's environment; if that changes (or the open-files limit
 does), the template is replaced before the next warm run.
@@ -22,6 +30,7 @@ does), the template is replaced before the next warm run.
 
 from __future__ import annotations
 
+import ast
 import atexit
 import json
 import os
@@ -40,8 +49,17 @@ LAUNCHERS = ("auto", "warm", "cold")
 #: variables read by the lab at run time, never by an import: a change in them does not need a new template
 RUNTIME_ENV = frozenset({"LABUTILS_RUN_DIR", "LABUTILS_START_METHOD", "LABUTILS_MEMORY_ENFORCEMENT",
                          "LABUTILS_LAUNCHER", "LABUTILS_SHM_LEDGER", "PYTEST_CURRENT_TEST"})
-_SUPPORTED = (sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(os, "pidfd_open")
-              and hasattr(socket, "send_fds"))
+_SUPPORTED = sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(socket, "send_fds")
+#: seconds the template may take to start (it imports torch) and to answer a request
+START_TIMEOUT = 120.0
+ASK_TIMEOUT = 30.0
+
+
+def supported() -> bool:
+    """Linux with fork, fd passing and pidfds that work here (probed, not assumed)."""
+    from . import capabilities
+
+    return _SUPPORTED and capabilities.has_pidfd()
 
 _lock = threading.Lock()
 _template: Optional["_Template"] = None
@@ -57,12 +75,17 @@ def launcher_setting(value: Optional[str]) -> str:
 
 
 def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: bool, python: str,
-            process_limit: bool = False) -> Optional[str]:
+            process_limit: bool = False, source: Optional[str] = None) -> Optional[str]:
     """Why this run must start cold, or None when the template may start it."""
     if setting == "cold":
         return "the cold launcher was asked for"
     if not _SUPPORTED:
-        return "the warm launcher needs Linux with fork and pidfds"
+        return "the warm launcher needs Linux with fork and fd passing"
+    from . import capabilities
+
+    cap = capabilities.pidfd()
+    if not cap.available:
+        return f"the warm launcher needs pidfds, and here {cap.result}"
     if env and any(not _runtime_key(k) for k in env):
         return "env= sets variables that must exist before torch is imported"
     if budget is not None:
@@ -75,7 +98,53 @@ def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: 
         return "a wrapper command (private /dev/shm or a systemd scope) starts the run"
     if os.path.realpath(python) != os.path.realpath(sys.executable):
         return "another interpreter was asked for"
+    if source and sets_env_before_import(source):
+        return ("the code sets an environment variable before it imports torch or numpy, which read theirs "
+                "as they load")
     return None
+
+
+_HEAVY = ("torch", "numpy")
+_ENV_CALLS = ("setdefault", "update", "putenv", "__setitem__")
+
+
+def sets_env_before_import(source: str) -> bool:
+    """Does ``source`` write to the environment (``os.environ[k] = v``, ``os.environ.setdefault/update``,
+    ``os.putenv``) before its first import of torch or numpy (or write it with no such import in sight:
+    torch may come in through another module)? A file that does not parse: no (the run shows the error)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    writes, imports = [], []
+    for node in ast.walk(tree):
+        where = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in _HEAVY for a in node.names):
+            imports.append(where)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _HEAVY:
+            imports.append(where)
+        elif _is_env_write(node):
+            writes.append(where)
+    if not writes:
+        return False
+    return not imports or min(writes) < min(imports)
+
+
+def _is_environ(node) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (isinstance(node, ast.Name)
+                                                                            and node.id == "environ")
+
+
+def _is_env_write(node) -> bool:
+    if isinstance(node, (ast.Assign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(t, ast.Subscript) and _is_environ(t.value) for t in targets)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        f = node.func
+        if f.attr in _ENV_CALLS and _is_environ(f.value):
+            return True
+        return f.attr == "putenv" and isinstance(f.value, ast.Name) and f.value.id == "os"
+    return False
 
 
 def _runtime_key(name: str) -> bool:
@@ -110,28 +179,59 @@ class _Template:
         self.sock = ours
         self.buf = bytearray()
         self.lock = threading.Lock()
-        self.ask({"op": "ping"})  # returns once torch is imported there
+        self.poisoned: Optional[str] = None
+        try:
+            self.ask({"op": "ping"}, timeout=START_TIMEOUT)  # returns once torch is imported there
+        except BaseException:
+            self.close()
+            raise
 
     def matches(self, env: dict) -> bool:
-        return self.proc.poll() is None and _key(env) == self.key and _nofile() == self.nofile
+        return (self.poisoned is None and self.proc.poll() is None and _key(env) == self.key
+                and _nofile() == self.nofile)
 
-    def ask(self, request: dict, fds: tuple = ()) -> tuple:
+    def ask(self, request: dict, fds: tuple = (), timeout: float = ASK_TIMEOUT) -> tuple:
+        """Send one request and read its answer within ``timeout`` seconds. Any failure on the way (a
+        timeout, an interrupt, the template gone) poisons the template: it is closed, never asked again."""
         with self.lock:
-            data = json.dumps(request).encode("utf-8") + b"\n"
-            if fds:
-                socket.send_fds(self.sock, [data], list(fds))
-            else:
-                self.sock.sendall(data)
-            got = []
-            while b"\n" not in self.buf:
-                chunk, anc, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, 2)
-                if not chunk:
-                    raise OSError("the warm template exited")
-                self.buf.extend(chunk)
-                got.extend(anc)
-            line, _, rest = bytes(self.buf).partition(b"\n")
-            self.buf[:] = rest
-            return json.loads(line), got
+            if self.poisoned is not None:
+                raise OSError(f"the warm template was discarded ({self.poisoned})")
+            got: list = []
+            try:
+                self.sock.settimeout(max(0.001, timeout))
+                data = json.dumps(request).encode("utf-8") + b"\n"
+                if fds:
+                    socket.send_fds(self.sock, [data], list(fds))
+                else:
+                    self.sock.sendall(data)
+                while b"\n" not in self.buf:
+                    chunk, anc, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, 2)
+                    got.extend(anc)
+                    if not chunk:
+                        raise OSError("the warm template exited")
+                    self.buf.extend(chunk)
+                line, _, rest = bytes(self.buf).partition(b"\n")
+                self.buf[:] = rest
+                return json.loads(line), got
+            except BaseException as exc:
+                for fd in got:
+                    os.close(fd)
+                self.poisoned = f"{request.get('op')}: {exc!r}"
+                self._kill()
+                if isinstance(exc, socket.timeout):
+                    raise OSError(f"the warm template did not answer {request.get('op')!r} within "
+                                  f"{timeout:.0f} s") from None
+                raise
+
+    def _kill(self) -> None:
+        """End the template now; its children (a run it started) die with it (PDEATHSIG)."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
 
     def close(self) -> None:
         try:
@@ -195,11 +295,13 @@ class WarmProcess:
         return self.returncode
 
 
-def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr) -> WarmProcess:
-    """Start ``bootstrap.py RUN_DIR`` as a child of the template; raises OSError if the template fails."""
+def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr, deadline: Optional[float] = None) -> WarmProcess:
+    """Start ``bootstrap.py RUN_DIR`` as a child of the template; raises OSError if the template fails or
+    does not answer before ``deadline`` (``time.monotonic()``; at most :data:`ASK_TIMEOUT` from now)."""
     template = _get({k: v for k, v in env.items() if k != "LABUTILS_RUN_DIR"})
+    left = ASK_TIMEOUT if deadline is None else min(ASK_TIMEOUT, deadline - time.monotonic())
     reply, fds = template.ask({"op": "spawn", "run_dir": run_dir, "cwd": os.path.abspath(cwd or os.getcwd()),
-                               "env": env}, (stdout.fileno(), stderr.fileno()))
+                               "env": env}, (stdout.fileno(), stderr.fileno()), timeout=left)
     if "pid" not in reply or not fds:
         for fd in fds:
             os.close(fd)

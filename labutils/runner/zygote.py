@@ -14,7 +14,8 @@ Executed by path, never imported as part of the package. The protocol, one JSON 
 socket ``FD`` (a socketpair with the runner), one request at a time:
 
 * ``{"op": "spawn", "run_dir", "cwd", "env"}`` with stdout and stderr descriptors attached
-  (SCM_RIGHTS) -> ``{"pid": N}`` with a pidfd of the child attached (where the OS has pidfds);
+  (SCM_RIGHTS) -> ``{"pid": N}`` with a pidfd of the child attached; where ``pidfd_open`` fails, the
+  child is killed and reaped at once and the answer is ``{"error": ..., "pid": N}``;
 * ``{"op": "reap", "pid"}`` -> ``{"status": wait status}``: the child is reaped only when the runner
   says so, after it has killed the child's process group (until then its pid cannot be reused);
 * ``{"op": "ping"}`` -> ``{"ok": true, "pid": N}``.
@@ -141,15 +142,17 @@ def serve(fd: int):
                 return sock, req, out_fd, err_fd
             os.close(out_fd)
             os.close(err_fd)
-            pidfd = None
-            if hasattr(os, "pidfd_open"):
-                try:
-                    pidfd = os.pidfd_open(pid)
-                except OSError:
-                    pidfd = None
-            _send(sock, {"pid": pid}, (pidfd,) if pidfd is not None else ())
-            if pidfd is not None:
-                os.close(pidfd)
+            try:
+                pidfd = os.pidfd_open(pid)
+            except (OSError, AttributeError) as exc:
+                # without a handle the runner could not supervise the run: end it here, before it
+                # does anything, rather than leave an unwatched copy of the learner's script running
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                _send(sock, {"error": f"pidfd_open failed ({exc}); the run was killed and reaped", "pid": pid})
+                continue
+            _send(sock, {"pid": pid}, (pidfd,))
+            os.close(pidfd)
         elif op == "reap":
             try:
                 _pid, status = os.waitpid(int(req["pid"]), 0)

@@ -1,0 +1,257 @@
+"""What belongs to a run, and cleaning up after it: its /dev/shm files (by identity), the leak ledger, the
+processes left over from finished runs, and what a runner that died left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from typing import Mapping, Optional, Sequence
+
+from . import procs as _procs
+from . import rundir as _rd
+from . import warm as _warm
+from .procfs import _psutil, _read_json, _read_jsonl
+
+_SHM = "/dev/shm"
+
+
+def shm_entries() -> set:
+    try:
+        return set(os.listdir(_SHM))
+    except OSError:
+        return set()
+
+
+def owned_shm(before: set, run_dir: str, procs_by_pid: Mapping[int, int]) -> list:
+    """Names of /dev/shm files this run created and that still exist.
+
+    * ``sem.mp-*``: recorded as created by a process of the run (``created_shm.jsonl``), same inode;
+    * ``torch_<pid>_*``: not there when the run began, ``<pid>`` is a verified process of the run, and the
+      file was last changed after that process started (so not by an earlier holder of the number).
+    ``procs_by_pid`` maps each verified pid to its start time in clock ticks.
+    """
+    owned = []
+    recorded = {}
+    for rec in _read_jsonl(os.path.join(run_dir, "created_shm.jsonl")):
+        if isinstance(rec.get("name"), str):
+            recorded[rec["name"]] = rec.get("ino")
+    now = shm_entries()
+    for name in now - before:
+        path = os.path.join(_SHM, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if name in recorded:
+            if recorded[name] is None or recorded[name] == st.st_ino:
+                owned.append(name)
+        elif name.startswith("torch_"):
+            parts = name.split("_")
+            if len(parts) > 2 and parts[1].isdigit() and int(parts[1]) in procs_by_pid:
+                ticks = procs_by_pid[int(parts[1])]
+                if ticks is not None and min(st.st_ctime, st.st_mtime) >= _procs.start_wall(ticks) - 0.02:
+                    owned.append(name)
+    return sorted(owned)
+
+
+def remove_files(names: Sequence[str]) -> tuple:
+    removed, left = [], []
+    for name in names:
+        try:
+            os.unlink(os.path.join(_SHM, name))
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            left.append(name)
+    return removed, left
+
+
+LEDGER_ENV = "LABUTILS_SHM_LEDGER"
+
+
+def ledger(created: list, leftover: list, ticks: Mapping) -> None:
+    """Append what this run created in /dev/shm, and its pids, to the file named by ``LABUTILS_SHM_LEDGER``
+    (set by a test harness, inherited by every process below it): leak checks by identity, not by a diff of
+    a /dev/shm that neighbours share."""
+    path = os.environ.get(LEDGER_ENV)
+    if not path:
+        return
+    record = {"created": list(created), "leftover": list(leftover), "pids": sorted(p for p in ticks if p)}
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+    except OSError:
+        pass
+
+
+def find_strays() -> list:
+    """Pids of processes left over from finished isolated runs (their run directory is gone).
+
+    Every process of a cold run, workers included, carries ``LABUTILS_RUN_DIR`` in its environment; the
+    directory is deleted when the run is over, so a live process that still names a missing directory
+    has outlived its run. A warm run's processes are found by the session of its main process. Expected
+    result: ``[]``.
+    """
+    psutil = _psutil()
+    strays = []
+    sessions = {}
+    for sid, ticks, ended in _warm.finished_sessions:
+        sessions.setdefault(sid, []).append((ticks, ended))
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            run_dir = proc.environ().get("LABUTILS_RUN_DIR")
+            if run_dir and not os.path.isdir(run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
+                strays.append(proc.pid)
+            elif sessions:
+                # a warm run's processes were forked, not executed: their /proc environ is the template's.
+                # They are known by the session of the run's main process, and by having started while it ran.
+                fields = _procs.stat_fields(proc.pid)
+                if not fields or int(fields[3]) not in sessions or fields[0] == b"Z":
+                    continue
+                wall = _procs.start_wall(int(fields[19]))
+                if any(ticks is not None and _procs.start_wall(ticks) - 0.02 <= wall <= ended
+                       for ticks, ended in sessions[int(fields[3])]):
+                    strays.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError, ValueError, IndexError):
+            continue
+    return strays
+
+
+def leftover_shm() -> list:
+    """``/dev/shm`` entries named like PyTorch segments (``torch_*``) or multiprocessing semaphores."""
+    return sorted(n for n in shm_entries() if n.startswith(("torch_", "sem.mp-")))
+
+
+
+# --------------------------------------------------------------------------- after a dead runner
+RUN_DIR_PREFIX = "labutils-run-"
+_cleaned = threading.Event()
+_NAME = re.compile(r"^labutils-(?:run|pids|probe)-(\d+)\.(\d+)-[0-9a-f]+$")
+
+
+def make_run_dir() -> str:
+    """A new run directory (``mkdtemp``), with ``runner.json`` naming its runner by pid and start ticks."""
+    run_dir = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
+    me = os.getpid()
+    with open(os.path.join(run_dir, _rd.RUNNER), "w", encoding="utf-8") as fh:
+        json.dump({"pid": me, "start_ticks": _procs.start_ticks(me), "uid": os.getuid()}, fh)
+    return run_dir
+
+
+def runner_alive(pid, ticks) -> bool:
+    """Is the process that wrote ``pid``/``ticks`` still running? By identity: a live process with that
+    number but another start time is someone else, and the writer is dead."""
+    if not isinstance(pid, int) or not isinstance(ticks, int):
+        return True  # no identity recorded: not provably dead, so not ours to remove
+    now = _procs.start_ticks(pid)
+    return now is not None and now == ticks
+
+
+def clean_after_dead_runners(tmp: Optional[str] = None, force: bool = False) -> dict:
+    """Once per process: remove what runners killed outright (SIGKILL, a kernel restart) left behind.
+
+    * run directories in the temp folder whose ``runner.json`` names a dead runner of this user: every
+      live process carrying that directory in its environment is SIGKILLed (through a pidfd, verified),
+      then the directory is removed;
+    * the lab's empty cgroups (``labutils-run-PID.TICKS-*``, ``labutils-pids-...``) under this process's
+      own memory and pids cgroups whose creator is dead; their processes are killed first.
+
+    A directory or group without a readable identity is left alone. Returns what was removed.
+    """
+    if _cleaned.is_set() and not force:
+        return {}
+    _cleaned.set()
+    done = {"run_dirs": [], "processes": [], "cgroups": []}
+    _clean_run_dirs(tmp or tempfile.gettempdir(), done)
+    _clean_cgroups(done)
+    return done
+
+
+def _clean_run_dirs(tmp: str, done: dict) -> None:
+    try:
+        names = [n for n in os.listdir(tmp) if n.startswith(RUN_DIR_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(tmp, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
+            continue
+        owner = _read_json(os.path.join(path, _rd.RUNNER))
+        if not isinstance(owner, dict) or runner_alive(owner.get("pid"), owner.get("start_ticks")):
+            continue
+        done["processes"].extend(_kill_marked(path))
+        shutil.rmtree(path, ignore_errors=True)
+        done["run_dirs"].append(path)
+
+
+def _kill_marked(run_dir: str) -> list:
+    """SIGKILL every live process whose environment names ``run_dir``: verified by a handle, as a run's."""
+    procs = _procs.RunProcesses.orphans(run_dir)
+    procs.sweep()
+    living = procs.living()
+    for proc in living:
+        procs.send(proc, signal.SIGKILL)
+    procs.close()
+    return [p.pid for p in living]
+
+
+def _clean_cgroups(done: dict) -> None:
+    from . import cgroup as _cgroup
+
+    for controller in ("memory", "pids"):
+        version, parent = _cgroup.own_cgroup(controller)
+        if version is None:
+            continue
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            m = _NAME.match(name)
+            if not m or runner_alive(int(m.group(1)), int(m.group(2))):
+                continue
+            path = os.path.join(parent, name)
+            _kill_group(path)
+            try:
+                os.rmdir(path)
+                done["cgroups"].append(path)
+            except OSError:
+                pass
+
+
+def _kill_group(path: str) -> None:
+    """The processes in a dead runner's group are that run's: the group is the lab's, made for it."""
+    for _ in range(50):
+        try:
+            with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as fh:
+                pids = [int(x) for x in fh.read().split()]
+        except (OSError, ValueError):
+            return
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except (OSError, AttributeError):
+                continue
+            try:
+                with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as fh:
+                    still = str(pid) in fh.read().split()  # checked with the handle held: the same process
+                if still:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        time.sleep(0.02)

@@ -1,0 +1,206 @@
+"""Readers of what the kernel and the run's files say: ``/proc/PID/*`` figures, the process tree, wait
+statuses, and the JSON evidence files a run writes (read with a cap: a run can write without end)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+
+def _psutil():
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is in requirements.txt
+        return None
+    return psutil
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _rollup(pid: int) -> Optional[dict]:
+    """Rss, Pss, Private_* and Shared_* of a process in bytes (``/proc/PID/smaps_rollup``), or None."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            lines = fh.read().splitlines()[1:]
+    except OSError:
+        return None
+    out = {}
+    for line in lines:
+        key, _, rest = line.partition(b":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key.decode()] = int(parts[0]) * 1024
+    if "Pss" not in out:
+        return None
+    out["Uss"] = out.get("Private_Clean", 0) + out.get("Private_Dirty", 0)
+    return out
+
+
+def _oom_score(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/oom_score", "rb") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def _status_kb(pid: int, key: bytes) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        return None
+    return 0
+
+
+def _num_fds(pid: int) -> Optional[int]:
+    """Open descriptors of ``pid``; None when unknown, or when it is exiting (its table already released)."""
+    try:
+        n = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+    return n or None  # a live Python process holds at least stdin/stdout/stderr
+
+
+def _descendants(root: int, psutil=None) -> list:
+    """``root`` and every process below it, from ``/proc/PID/task/TID/children`` (cheap: only the run's
+    processes are read), or from psutil's scan of every process where that file does not exist."""
+    out, frontier, seen = [], [root], {root}
+    while frontier:
+        pid = frontier.pop()
+        out.append(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                    kids = fh.read().split()
+            except FileNotFoundError:
+                if pid == root and not os.path.exists(f"/proc/{pid}/task/{tid}/children") and psutil:
+                    try:
+                        return [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
+                    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                        return [root]
+                continue
+            except OSError:
+                continue
+            for kid in kids:
+                k = int(kid)
+                if k not in seen:
+                    seen.add(k)
+                    frontier.append(k)
+    return out
+
+
+class _Tail:
+    """New complete JSON lines of a file written by the run, read incrementally."""
+
+    def __init__(self, path: str):
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def read(self) -> list:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+
+def _decode_status(status: Optional[int]) -> tuple:
+    """A wait status as ``(exitcode, signal)``; ``(None, None)`` when unknown."""
+    if status is None:
+        return None, None
+    if status & 0x7F:
+        return None, status & 0x7F
+    return (status >> 8) & 0xFF, None
+
+
+
+def _merge(records: list) -> dict:
+    out: dict = {}
+    for rec in records:
+        if isinstance(rec, dict):
+            out.update(rec)
+    return out
+
+
+def read_capped(path: str, cap: int) -> tuple:
+    """``(text, size, cut)``: a text file of any size read to ``cap`` bytes: whole when it fits, else its
+    first and last ``cap // 2`` bytes with a line in between saying how many were cut."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size <= cap:
+                data, cut = fh.read(cap + 1), 0
+                size = len(data)
+            else:
+                head = fh.read(cap // 2)
+                fh.seek(size - cap // 2)
+                tail = fh.read(cap // 2)
+                cut = size - len(head) - len(tail)
+                data = (head + f"\n[... labutils: {cut} bytes cut here (output of {size} bytes, read to a cap "
+                        f"of {cap}; see result.truncated) ...]\n".encode() + tail)
+    except OSError:
+        return "", 0, 0
+    return data.decode("utf-8", "replace").replace("\x00", ""), size, cut
+
+
+#: JSON evidence files are read to this size (a run that logs in a loop can write any amount)
+JSONL_CAP = 16 * 2**20
+
+
+def _read_text(path: str, cap: int = JSONL_CAP) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(cap).replace("\x00", "")
+    except OSError:
+        return ""
+
+
+def _read_json(path: str, cap: int = JSONL_CAP):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return json.loads(fh.read(cap))
+    except (OSError, ValueError):
+        return None
+
+
+def _read_jsonl(path: str, cap: int = JSONL_CAP) -> list:
+    out = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh.read(cap).splitlines():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return out
+
