@@ -106,3 +106,48 @@ def test_memory_enforcement_bad_value_is_one_line(monkeypatch):
     monkeypatch.setenv("LABUTILS_MEMORY_ENFORCEMENT", "always")
     with pytest.raises(IsolationError, match="LABUTILS_MEMORY_ENFORCEMENT='always'"):
         run_isolated("pass", memory_budget="100M")
+
+
+BAD = [
+    (dict(timeout=float("inf")), "timeout", "finite number of seconds"),
+    (dict(timeout=float("nan")), "timeout", "finite number of seconds"),
+    (dict(stall=float("inf")), "stall", "finite number of seconds"),
+    (dict(sample_interval=0), "sample_interval", "at least 0.01"),
+    (dict(sample_interval=-1), "sample_interval", "at least 0.01"),
+    (dict(sample_interval=None), "sample_interval", "at least 0.01"),
+    (dict(sample_interval="x"), "sample_interval", "at least 0.01"),
+    (dict(cwd="/nope-no-such-dir"), "cwd", "not an existing directory"),
+    (dict(env={"A=B": "x"}), "env", "without '=' or NUL"),
+    (dict(env={"A": "x\0y"}), "env", "cannot hold a NUL"),
+    (dict(env={"A": None}), "env", "must be a str"),
+    (dict(env={"LABUTILS_START_METHOD": "bogus"}), "env", "use one of fork, spawn, forkserver"),
+    (dict(python="/nope/python"), "python", "not an executable Python interpreter"),
+    (dict(argv="--epochs 3"), "argv", "give a list of strings"),
+    (dict(argv=[3]), "argv", "every item must be a str"),
+    (dict(memory_detail="yes"), "memory_detail", "True or False"),
+]
+
+
+@pytest.mark.parametrize("kwargs, argument, words", BAD, ids=[f"{a}-{i}" for i, (_k, a, _w) in enumerate(BAD)])
+def test_bad_input_is_one_line_naming_the_argument_and_leaves_nothing(kwargs, argument, words):
+    import os
+
+    import psutil
+
+    me = psutil.Process()
+    fds, kids = len(os.listdir("/proc/self/fd")), {p.pid for p in me.children()}
+    with pytest.raises(IsolationError) as info:
+        run_isolated("print('never runs')", **kwargs)
+    msg = str(info.value)
+    assert words in msg and msg.startswith(argument + "=") and "\n" not in msg, msg
+    assert info.value.argument == argument
+    assert len(os.listdir("/proc/self/fd")) == fds  # nothing taken before the check
+    assert {p.pid for p in me.children()} <= kids
+
+
+def test_a_relative_file_is_found_in_cwd(tmp_path):
+    (tmp_path / "train.py").write_text("import labutils, os\nlabutils.emit(cwd=os.getcwd())\n")
+    r = run_isolated(file="train.py", cwd=tmp_path, timeout=60)
+    assert r.ok and r.values == {"cwd": str(tmp_path)}, r.stderr
+    with pytest.raises(IsolationError, match="is a directory"):
+        run_isolated(file=tmp_path)

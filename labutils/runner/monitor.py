@@ -10,6 +10,7 @@ import time
 from typing import Optional
 
 from . import procs as _procs
+from . import rundir as _rd
 from .procfs import (
     _decode_status,
     _descendants,
@@ -51,7 +52,7 @@ class Monitor(threading.Thread):
         self.failed_closed = False  # the watchdog could not watch any more, so the run was stopped
         self.overflow = False
         self.output_limit = OUTPUT_LIMIT
-        self._outputs = [os.path.join(run_dir, "stdout.txt"), os.path.join(run_dir, "stderr.txt")]
+        self._outputs = [os.path.join(run_dir, _rd.STDOUT), os.path.join(run_dir, _rd.STDERR)]
         self.seen: dict = {}  # pid -> {"create_time", "name", "ppid", "peak_rss", "peak_uss", "role", ...}
         self.samples: list = []
         self.kills: list = []
@@ -61,9 +62,9 @@ class Monitor(threading.Thread):
         self.stop = threading.Event()
         self.t0 = time.monotonic()
         self._reported_batches = 0  # the batch count the last main-process sample carried
-        self._loader = _Tail(os.path.join(run_dir, "loader.jsonl"))
-        self._procs_log = _Tail(os.path.join(run_dir, "procs.jsonl"))
-        self._exits = _Tail(os.path.join(run_dir, "exits.jsonl"))
+        self._loader = _Tail(os.path.join(run_dir, _rd.LOADER))
+        self._procs_log = _Tail(os.path.join(run_dir, _rd.PROCS))
+        self._exits = _Tail(os.path.join(run_dir, _rd.EXITS))
         self.exit_codes: dict = {}  # pid -> exit code as the main process reaped it
         self._pending: dict = {}
         self.worker_pids: set = set()
@@ -297,7 +298,7 @@ class Monitor(threading.Thread):
 
 def _dump_stacks(procs, run_dir: str, wait: float = 0.6) -> dict:
     """SIGUSR1 to every live process of the run that registered a stack dump; return ``{pid: text}``."""
-    folder = os.path.join(run_dir, "stacks")
+    folder = os.path.join(run_dir, _rd.STACKS)
     if not hasattr(signal, "SIGUSR1") or not os.path.isdir(folder):
         return {}
     sent = []

@@ -38,7 +38,7 @@ def owned_shm(before: set, run_dir: str, procs_by_pid: Mapping[int, int]) -> lis
     """
     owned = []
     recorded = {}
-    for rec in _read_jsonl(os.path.join(run_dir, "created_shm.jsonl")):
+    for rec in _read_jsonl(os.path.join(run_dir, _rd.CREATED_SHM)):
         if isinstance(rec.get("name"), str):
             recorded[rec["name"]] = rec.get("ino")
     now = shm_entries()
