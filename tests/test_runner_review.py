@@ -48,6 +48,7 @@ def test_no_pidfd_is_found_by_trying_and_runs_are_still_supervised(no_pidfd):
             "[p.start() for p in ps]\ntime.sleep(60)\n")
     r = run_isolated(cell, timeout=4)
     assert r.launcher["kind"] == "cold" and "pidfds" in r.launcher["why_cold"], r.launcher
+    assert r.launcher["tracking"].startswith("pid and start time")
     assert r.outcome == "timed_out" and r.processes_seen >= 3, (r.processes_seen, r.stderr)
     assert r.stray_processes == []
     for w in r.workers:
@@ -317,3 +318,13 @@ def mp_default() -> str:
                          capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items()
                                                                           if k != "LABUTILS_START_METHOD"})
     return out.stdout.strip()
+
+
+def test_doctor_lists_each_capability_and_warns_without_pidfd(no_pidfd):
+    from labutils import doctor
+
+    check = doctor()["runner"]
+    names = [c["name"] for c in check.data["capabilities"]]
+    assert names[:4] == ["pidfd", "cgroup_memory", "cgroup_pids", "kmsg"]
+    assert check.status == "WARN" and "pidfd: no" in check.detail and "instead:" in check.detail
+    assert all(c["tried"] and c["result"] for c in check.data["capabilities"])

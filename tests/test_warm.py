@@ -13,7 +13,7 @@ import pytest
 from labutils.runner import warm as _warm
 from labutils.runner.isolate import IsolationError, run_isolated
 
-pytestmark = pytest.mark.skipif(not _warm._SUPPORTED, reason="the warm launcher needs Linux with fork and pidfds")
+pytestmark = pytest.mark.skipif(not _warm.supported(), reason="the warm launcher needs Linux with fork and pidfds")
 
 PROBE = """
 import sys
@@ -37,7 +37,7 @@ def test_warm_runs_share_one_template_and_each_looks_fresh(tmp_path):
     template = _warm.template_pid()
     second = run_isolated(PROBE, cwd=tmp_path)
     assert first.ok and second.ok, (first.stderr, second.stderr)
-    assert first.launcher == second.launcher == {"kind": "warm", "why_cold": None}
+    assert first.launcher == second.launcher == {"kind": "warm", "why_cold": None, "tracking": "pidfd"}
     assert template is not None and _warm.template_pid() == template  # the second run reused it
     a, b = first.values, second.values
     assert a["torch_loaded"]  # it came from the template, which imported torch
@@ -59,7 +59,7 @@ def test_cold_where_a_fork_of_the_template_would_differ():
     detail = run_isolated("print('hi')", memory_detail=True)
     assert detail.launcher["kind"] == "cold" and "USS" in detail.launcher["why_cold"]
     asked = run_isolated("print('hi')", launcher="cold")
-    assert asked.launcher == {"kind": "cold", "why_cold": "the cold launcher was asked for"}
+    assert asked.launcher["kind"] == "cold" and asked.launcher["why_cold"] == "the cold launcher was asked for"
     with pytest.raises(IsolationError, match="launcher='warm' is not possible"):
         run_isolated("print('hi')", launcher="warm", env={"X": "1"})
 

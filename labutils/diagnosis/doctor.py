@@ -485,6 +485,7 @@ def doctor(
     start_method: Optional[str] = None,
     *,
     import_torch: bool = False,
+    runner_probes: bool = False,
 ) -> DoctorReport:
     """Check this machine and process for multi-process data loading.
 
@@ -494,7 +495,8 @@ def doctor(
     size and free space), shm_budget (only with ``batch_bytes``: see :func:`shm_budget`), nofile
     (RLIMIT_NOFILE and open fds), memory (available, cgroup v1/v2 limit), cpus (affinity and cgroup
     quota versus ``num_workers``), cuda (build, and whether CUDA is initialised before forking),
-    removeipc (will systemd-logind delete this user's /dev/shm files at their last logout?).
+    removeipc (will systemd-logind delete this user's /dev/shm files at their last logout?), runner (what
+    the isolated runner may do here: pidfds, cgroups, kmsg, systemd scope, private /dev/shm).
 
     Args:
         num_workers: the planned DataLoader num_workers (for the cpus and shm_budget checks).
@@ -503,6 +505,7 @@ def doctor(
         start_method: the planned multiprocessing context (``fork``, ``spawn``, ``forkserver``); the
             platform default when None.
         import_torch: import torch to prove the install works (slow) instead of reading its version file.
+        runner_probes: also try a systemd scope and a private /dev/shm for the ``runner`` check (seconds).
 
     Returns:
         A :class:`DoctorReport`; ``report.ok`` is False when any check FAILs.
@@ -526,6 +529,9 @@ def doctor(
         checks.append(budget)
     checks += [_check_nofile(num_workers), _check_memory(), _check_cpus(num_workers),
                _check_cuda(torch, method), _check_removeipc()]
+    from ..runner import capabilities  # runner: each capability tried once, and the fallback in use
+
+    checks.append(CheckResult(**capabilities.doctor_check(runner_probes)))
     return DoctorReport(checks, time.perf_counter() - t0)
 
 
@@ -567,6 +573,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="planned start method: fork, spawn or forkserver (default: the platform's)")
     p.add_argument("--import-torch", action="store_true",
                    help="import torch to prove it works (1-5 s) instead of reading its version file")
+    p.add_argument("--runner", action="store_true", help="also try a systemd scope and a private /dev/shm")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
@@ -579,7 +586,7 @@ def doctor_main(argv: Optional[Sequence[str]] = None) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     report = doctor(num_workers=args.num_workers, batch_bytes=args.batch_bytes,
                     prefetch_factor=args.prefetch_factor, start_method=args.start_method,
-                    import_torch=args.import_torch)
+                    import_torch=args.import_torch, runner_probes=args.runner)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -226,3 +226,20 @@ def probe_all(expensive: bool = True) -> list:
         caps[3:3] = [systemd_scope()]
         caps.append(private_shm())
     return caps
+
+
+def doctor_check(expensive: bool = False) -> dict:
+    """The ``runner`` line of ``doctor``: each capability, what was tried, the result and the active fallback
+    (the keywords of a ``CheckResult``). Only a missing pidfd is a warning: the rest have fallbacks that
+    keep every lesson working."""
+    caps = probe_all(expensive)
+    if not expensive:
+        caps += [c for c in (_cache.get("systemd_scope"), _cache.get("private_shm")) if c is not None]
+    detail = "; ".join(c.line() for c in caps)
+    if not expensive and len(caps) < 6:
+        detail += "; systemd scope and private /dev/shm not probed (labutils doctor --runner probes them)"
+    pid = caps[0]
+    advice = None if pid.available else ("the lab still works, but the warm launcher is off and processes are "
+                                         "tracked by start time; a kernel >= 5.3 (and Docker >= 20.10) has pidfds")
+    return {"name": "runner", "status": "OK" if pid.available else "WARN", "detail": detail, "advice": advice,
+            "data": {"capabilities": [c.to_dict() for c in caps]}}

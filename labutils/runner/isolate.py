@@ -348,7 +348,8 @@ def _execute(run_dir, cfg, spec, options, prefix, group, why_cold) -> RunResult:
         run.kmsg = _cgroup.kernel_log_reader() if group.memory is not None else None
         run.wake = os.pipe()
         run.proc, why_cold = _launch(spec, run_dir, cmd, env, why_cold, deadline)
-        run.launcher = {"kind": "cold" if why_cold else "warm", "why_cold": why_cold}
+        run.launcher = {"kind": "cold" if why_cold else "warm", "why_cold": why_cold,
+                        "tracking": "pidfd" if _caps.has_pidfd() else "pid and start time (no pidfds here)"}
         run.pidfd = _leader_pidfd(run.proc)
         cg = group.memory
         run.procs = _procs.RunProcesses(run_dir, run.proc.pid, cgroup=cg if cg and cg.kind == "child" else None)

@@ -104,7 +104,8 @@ class RunResult:
     leftover_files: list = field(default_factory=list)
     #: /dev/shm names known to be this run's: semaphores recorded as created, segments left at its end
     shm_created: list = field(default_factory=list)
-    #: {"kind": "warm"|"cold", "why_cold": str|None}: whether the run started from the warm template
+    #: {"kind": "warm"|"cold", "why_cold": str|None, "tracking": how its processes were held (a pidfd each,
+    #: or pid plus start time where pidfds do not work)}: whether the run started from the warm template
     launcher: Optional[dict] = None
     #: {"stdout"|"stderr": {"size", "kept", "cut", "cap"}} for output longer than the cap: its first and
     #: last halves are kept, the middle is cut (a line in the text says where); {} when nothing was cut
