@@ -151,3 +151,13 @@ def test_a_relative_file_is_found_in_cwd(tmp_path):
     assert r.ok and r.values == {"cwd": str(tmp_path)}, r.stderr
     with pytest.raises(IsolationError, match="is a directory"):
         run_isolated(file=tmp_path)
+
+
+def test_run_isolated_keywords_are_the_specs():
+    """RunSpec.build checks the same keywords, with the same defaults, as run_isolated offers."""
+    import inspect
+
+    from labutils.runner.spec import KEYWORDS
+
+    params = inspect.signature(run_isolated).parameters
+    assert {k: p.default for k, p in params.items() if k != "code"} == KEYWORDS

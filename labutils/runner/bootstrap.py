@@ -173,77 +173,80 @@ def _shut_down_loaders() -> None:
             pass
 
 
+def _patch_dataloader(module) -> None:
+    """Record every DataLoader iterator's creation, errors and progress (``loader.jsonl``)."""
+    base = module._BaseDataLoaderIter
+    original_next, original_init = base.__next__, base.__init__
+    original_iter = module.DataLoader.__iter__
+    counter = [0]
+
+    def __iter__(self):
+        try:
+            return original_iter(self)
+        except BaseException as exc:
+            if os.getpid() == MAIN_PID:
+                _append(_rd.LOADER, {"event": "init_error", "t": time.time(), "chain": _chain(exc)})
+            raise
+
+    def __init__(self, loader, *a, **kw):
+        original_init(self, loader, *a, **kw)
+        if os.getpid() != MAIN_PID:
+            return
+        counter[0] += 1
+        self._labutils_iter, self._labutils_batches, self._labutils_last = counter[0], 0, 0.0
+        _LIVE_ITERATORS.add(self)
+        ctx = getattr(loader, "multiprocessing_context", None)
+        try:
+            import torch.multiprocessing as tmp
+            strategy = tmp.get_sharing_strategy()
+            method = ctx.get_start_method() if ctx is not None else tmp.get_start_method()
+        except Exception:  # noqa: BLE001 - evidence is best effort
+            strategy = method = None
+        _append(_rd.LOADER, {
+            "event": "iter", "t": time.time(), "iter": counter[0], "num_workers": loader.num_workers,
+            "timeout": loader.timeout, "start_method": method, "sharing_strategy": strategy,
+            "pin_memory": loader.pin_memory, "persistent_workers": loader.persistent_workers,
+            "prefetch_factor": loader.prefetch_factor, "batch_size": loader.batch_size,
+            "dataset": type(loader.dataset).__module__ + "." + type(loader.dataset).__qualname__,
+        })
+
+    def _progress(self, now: float) -> None:
+        self._labutils_last = now
+        _append(_rd.LOADER, {"event": "progress", "t": now, "batches": self._labutils_batches,
+                                 "iter": self._labutils_iter})
+
+    def __next__(self):
+        try:
+            data = original_next(self)
+        except StopIteration:
+            if getattr(self, "_labutils_iter", None) is not None:
+                _progress(self, time.time())
+            raise
+        except BaseException as exc:
+            if os.getpid() == MAIN_PID:
+                _append(_rd.LOADER, {"event": "error", "t": time.time(), "chain": _chain(exc)})
+                if getattr(self, "_labutils_iter", None) is not None:
+                    _progress(self, time.time())
+            raise
+        if getattr(self, "_labutils_iter", None) is not None:
+            self._labutils_batches += 1
+            now = time.time()
+            if now - self._labutils_last >= _PROGRESS_EVERY:
+                _progress(self, now)
+        return data
+
+    base.__init__, base.__next__ = __init__, __next__
+    module.DataLoader.__iter__ = __iter__
+    _watch_sigchld()
+
+
 def _watch_dataloader() -> None:
     """Wrap DataLoader iterators when torch.utils.data.dataloader is imported (no import here)."""
     import importlib.abc
     import importlib.machinery
 
     target = "torch.utils.data.dataloader"
-
-    def patch(module) -> None:
-        base = module._BaseDataLoaderIter
-        original_next, original_init = base.__next__, base.__init__
-        original_iter = module.DataLoader.__iter__
-        counter = [0]
-
-        def __iter__(self):
-            try:
-                return original_iter(self)
-            except BaseException as exc:
-                if os.getpid() == MAIN_PID:
-                    _append(_rd.LOADER, {"event": "init_error", "t": time.time(), "chain": _chain(exc)})
-                raise
-
-        def __init__(self, loader, *a, **kw):
-            original_init(self, loader, *a, **kw)
-            if os.getpid() != MAIN_PID:
-                return
-            counter[0] += 1
-            self._labutils_iter, self._labutils_batches, self._labutils_last = counter[0], 0, 0.0
-            _LIVE_ITERATORS.add(self)
-            ctx = getattr(loader, "multiprocessing_context", None)
-            try:
-                import torch.multiprocessing as tmp
-                strategy = tmp.get_sharing_strategy()
-                method = ctx.get_start_method() if ctx is not None else tmp.get_start_method()
-            except Exception:  # noqa: BLE001 - evidence is best effort
-                strategy = method = None
-            _append(_rd.LOADER, {
-                "event": "iter", "t": time.time(), "iter": counter[0], "num_workers": loader.num_workers,
-                "timeout": loader.timeout, "start_method": method, "sharing_strategy": strategy,
-                "pin_memory": loader.pin_memory, "persistent_workers": loader.persistent_workers,
-                "prefetch_factor": loader.prefetch_factor, "batch_size": loader.batch_size,
-                "dataset": type(loader.dataset).__module__ + "." + type(loader.dataset).__qualname__,
-            })
-
-        def _progress(self, now: float) -> None:
-            self._labutils_last = now
-            _append(_rd.LOADER, {"event": "progress", "t": now, "batches": self._labutils_batches,
-                                     "iter": self._labutils_iter})
-
-        def __next__(self):
-            try:
-                data = original_next(self)
-            except StopIteration:
-                if getattr(self, "_labutils_iter", None) is not None:
-                    _progress(self, time.time())
-                raise
-            except BaseException as exc:
-                if os.getpid() == MAIN_PID:
-                    _append(_rd.LOADER, {"event": "error", "t": time.time(), "chain": _chain(exc)})
-                    if getattr(self, "_labutils_iter", None) is not None:
-                        _progress(self, time.time())
-                raise
-            if getattr(self, "_labutils_iter", None) is not None:
-                self._labutils_batches += 1
-                now = time.time()
-                if now - self._labutils_last >= _PROGRESS_EVERY:
-                    _progress(self, now)
-            return data
-
-        base.__init__, base.__next__ = __init__, __next__
-        module.DataLoader.__iter__ = __iter__
-        _watch_sigchld()
+    patch = _patch_dataloader
 
     class Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path, target_=None):
@@ -332,10 +335,8 @@ def _die_with_runner() -> None:
         os._exit(1)
 
 
-def main() -> int:
-    _die_with_runner()
-    with open(os.path.join(RUN_DIR, _rd.CONFIG), encoding="utf-8") as fh:
-        cfg = json.load(fh)
+def _apply_limits(cfg: dict) -> None:
+    """The run's cgroups first (everything started later inherits them), then its rlimits."""
     if cfg.get("cgroup_procs"):
         _join_cgroup(cfg["cgroup_procs"])
     if cfg.get("pids_procs"):  # max_processes: the run's pids cgroup
@@ -352,6 +353,12 @@ def main() -> int:
 
         resource.setrlimit(resource.RLIMIT_NPROC, (int(cfg["nproc"]), resource.getrlimit(resource.RLIMIT_NPROC)[1]))
 
+
+def main() -> int:
+    _die_with_runner()
+    with open(os.path.join(RUN_DIR, _rd.CONFIG), encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    _apply_limits(cfg)
     # The runner sends SIGUSR1 before a hard kill (time limit, stall): where was each process stuck?
     sys.path.append(os.path.join(RUN_DIR, _rd.PY))  # _labutils_child, also for spawn/forkserver workers
     import _labutils_child
@@ -367,6 +374,24 @@ def main() -> int:
     if os.environ.get("LABUTILS_START_METHOD"):  # a chosen method stands; the switch's fork server still applies
         _lab_default_start_method()
 
+    code, namespace = _run_target(cfg)
+    # Stop the loaders the script kept, then drop the script's objects, so that the exit codes below are
+    # final.
+    _shut_down_loaders()
+    if namespace is not None:
+        namespace.clear()
+    namespace = None
+    import gc
+
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _finish(code)
+    return code
+
+
+def _run_target(cfg: dict) -> tuple:
+    """Run the learner's code as the config asks; ``(exit code, its namespace or None)``."""
     mode = cfg["mode"]
     code = 0
     namespace = None
@@ -422,19 +447,7 @@ def main() -> int:
         # it would wait out its workers' join timeouts (about 5 s each). Python itself exits at once.
         traceback.clear_frames(exc.__traceback__)
         del exc
-    # Stop the loaders the script kept, then drop the script's objects, so that the exit codes below are
-    # final.
-    _shut_down_loaders()
-    if namespace is not None:
-        namespace.clear()
-    namespace = None
-    import gc
-
-    gc.collect()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _finish(code)
-    return code
+    return code, namespace
 
 
 def exit_now(code: int) -> None:

@@ -83,7 +83,7 @@ def assemble(run, monitor, procs_log: list, kernel_lines: list, how: str) -> Run
     killed_by_kernel: set = set()
     if memory_limit is not None and memory_limit["enforced_by"] == "kernel":
         memory_limit["kernel_record"] = _kernel_record(run.kernel_record, kernel_lines, group.memory, run.ticks,
-                                                       monitor, exits, rc, proc.pid, how)
+                                                       monitor, exits, (rc, proc.pid, how))
         killed_by_kernel = set(memory_limit["kernel_record"]["killed_pids"])
     stdout, stderr, truncated = output(d)
     main_stack = run.stacks.get(proc.pid)
@@ -109,8 +109,10 @@ def assemble(run, monitor, procs_log: list, kernel_lines: list, how: str) -> Run
 _KILLED_LINE = re.compile(r"Killed process (\d+) \(([^)]*)\)")
 
 
-def _kernel_record(record, lines, cgroup, ticks, monitor, exits, rc, main_pid, how) -> dict:
-    """The kernel's counters for the run's group, its log lines about the run, and who it killed."""
+def _kernel_record(record, lines, cgroup, ticks, monitor, exits, main: tuple) -> dict:
+    """The kernel's counters for the run's group, its log lines about the run, and who it killed.
+    ``main``: the main process's ``(returncode, pid, how the wait ended)``."""
+    rc, main_pid, how = main
     out = dict(record or {})
     out["cgroup"] = cgroup.directory
     name = os.path.basename(cgroup.directory or "") or None

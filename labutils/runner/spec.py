@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Optional, Union
 
 from .sizes import format_size, parse_size
@@ -215,6 +216,13 @@ def _flag(argument: str, value: Any) -> bool:
     return value
 
 
+#: run_isolated's keywords and their defaults (besides ``code``)
+KEYWORDS = dict(file=None, func=None, args=(), kwargs=None, argv=(), start_method=None, timeout=60.0,
+                memory_budget=None, shm_size=None, nofile=None, env=None, notebook_main=False, max_processes=None,
+                cwd=None, sample_interval=0.05, memory_detail=False, python=None, memory_enforcement=None,
+                stall=None, on_sample=None, on_event=None, launcher=None)
+
+
 @dataclass
 class RunSpec:
     """One isolated run, validated: what to run, its limits and its listeners."""
@@ -246,36 +254,39 @@ class RunSpec:
     launcher: str = "auto"
 
     @classmethod
-    def build(cls, code=None, *, file=None, func=None, args=(), kwargs=None, argv=(), start_method=None,
-              timeout=60.0, memory_budget=None, shm_size=None, nofile=None, env=None, notebook_main=False,
-              max_processes=None, cwd=None, sample_interval=0.05, memory_detail=False, python=None,
-              memory_enforcement=None, stall=None, on_sample=None, on_event=None, launcher=None) -> "RunSpec":
-        """Check every keyword of ``run_isolated`` (same names, same meaning); raise IsolationError."""
-        if sum(x is not None for x in (code, file, func)) != 1:
+    def build(cls, code=None, **keywords) -> "RunSpec":
+        """Check every keyword of ``run_isolated`` (same names, same defaults, same meaning: see
+        :data:`KEYWORDS`); raise IsolationError naming the first bad one."""
+        unknown = sorted(set(keywords) - set(KEYWORDS))
+        if unknown:
+            raise TypeError(f"run_isolated() got unexpected keyword arguments: {', '.join(unknown)}")
+        a = SimpleNamespace(**{**KEYWORDS, **keywords})
+        if sum(x is not None for x in (code, a.file, a.func)) != 1:
             raise IsolationError("give exactly one of code=, file= or func=")
-        if start_method is not None and start_method not in START_METHODS:
-            raise _bad("start_method", start_method, f"use one of {', '.join(START_METHODS)}")
-        if start_method is not None and start_method != "spawn" and sys.platform == "win32":
+        if a.start_method is not None and a.start_method not in START_METHODS:
+            raise _bad("start_method", a.start_method, f"use one of {', '.join(START_METHODS)}")
+        if a.start_method is not None and a.start_method != "spawn" and sys.platform == "win32":
             raise IsolationError("only 'spawn' exists on Windows; run the lab under WSL for fork/forkserver")
-        spec = cls(mode="code" if code is not None else "file" if file is not None else "func",
-                   argv=_argv_arg(argv), start_method=start_method, cwd=_cwd_arg(cwd),
-                   timeout=_seconds("timeout", timeout), stall=_seconds("stall", stall),
-                   sample_interval=_seconds("sample_interval", sample_interval, 0.01, 60.0, none_ok=False),
-                   env=_env_arg(env), python=_python_arg(python), enforcement=_enforcement(memory_enforcement),
-                   notebook_main=_flag("notebook_main", notebook_main),
-                   memory_detail=_flag("memory_detail", memory_detail))
-        spec._limits(memory_budget, shm_size, nofile, max_processes)
-        spec._target(code, file, func, args, kwargs)
-        for name, fn in (("on_sample", on_sample), ("on_event", on_event)):
+        spec = cls(mode="code" if code is not None else "file" if a.file is not None else "func",
+                   argv=_argv_arg(a.argv), start_method=a.start_method, cwd=_cwd_arg(a.cwd),
+                   timeout=_seconds("timeout", a.timeout), stall=_seconds("stall", a.stall),
+                   sample_interval=_seconds("sample_interval", a.sample_interval, 0.01, 60.0, none_ok=False),
+                   env=_env_arg(a.env), python=_python_arg(a.python), enforcement=_enforcement(a.memory_enforcement),
+                   notebook_main=_flag("notebook_main", a.notebook_main),
+                   memory_detail=_flag("memory_detail", a.memory_detail))
+        spec._limits(a.memory_budget, a.shm_size, a.nofile, a.max_processes)
+        spec._target(code, a.file, a.func, a.args, a.kwargs)
+        for name in ("on_sample", "on_event"):
+            fn = getattr(a, name)
             if fn is not None and not callable(fn):
                 raise _bad(name, fn, "give a function that takes one dict")
-        spec.on_sample, spec.on_event = on_sample, on_event
+        spec.on_sample, spec.on_event = a.on_sample, a.on_event
         from . import startmethod as _startmethod
         from . import warm as _warm
 
         try:
             spec.lab_default = _startmethod.requested()
-            spec.launcher = _warm.launcher_setting(launcher)
+            spec.launcher = _warm.launcher_setting(a.launcher)
         except ValueError as exc:
             raise IsolationError(str(exc)) from None
         return spec
