@@ -12,6 +12,8 @@ from labutils.runner import startmethod
 
 CHILD = textwrap.dedent('''
     import multiprocessing, sys
+    from IPython.core.interactiveshell import InteractiveShell
+    InteractiveShell.instance()  # a notebook kernel's shell: there, `import labutils` applies the switch
     import labutils  # applies LABUTILS_START_METHOD
     print(multiprocessing.get_start_method(allow_none=True), labutils.runner.startmethod.current())
     multiprocessing.set_start_method("spawn")  # a script's own choice must still be allowed
