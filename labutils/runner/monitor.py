@@ -22,6 +22,7 @@ from .procfs import (
     _rss,
     _status_kb,
     _Tail,
+    split_exitcode,
 )
 
 #: a run whose stdout and stderr together grow past this is stopped (a print loop would fill the shared /tmp)
@@ -187,7 +188,7 @@ class Monitor(threading.Thread):
                 self._pending[proc.pid] = (proc, wall, time.monotonic() + 1.0)
                 return
             code = self.exit_codes[proc.pid]
-            exitcode, sig = (None, -code) if code < 0 else (code, None)
+            exitcode, sig = split_exitcode(code)
         self._emit(proc, wall, exitcode, sig)
 
     def _flush_pending(self, force: bool = False) -> None:
@@ -195,7 +196,7 @@ class Monitor(threading.Thread):
             if pid in self.exit_codes or force or time.monotonic() > deadline:
                 del self._pending[pid]
                 code = self.exit_codes.get(pid)
-                exitcode, sig = (None, None) if code is None else ((None, -code) if code < 0 else (code, None))
+                exitcode, sig = split_exitcode(code)
                 self._emit(proc, wall, exitcode, sig)
 
     def _emit(self, proc, wall: float, exitcode, sig) -> None:

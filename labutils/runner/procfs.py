@@ -132,6 +132,13 @@ class _Tail:
         return out
 
 
+def split_exitcode(code: Optional[int]) -> tuple:
+    """A Popen-style exit code (negative: killed by that signal) as ``(exitcode, signal)``."""
+    if code is None:
+        return None, None
+    return (None, -code) if code < 0 else (code, None)
+
+
 def _decode_status(status: Optional[int]) -> tuple:
     """A wait status as ``(exitcode, signal)``; ``(None, None)`` when unknown."""
     if status is None:
