@@ -82,3 +82,36 @@ def test_kernel_max_usage_only_where_the_kernel_enforced():
     assert kernel_max_usage(RunResult(outcome="ok", memory_limit=kernel)) == 123
     assert kernel_max_usage(RunResult(outcome="ok", memory_limit={"enforced_by": "watchdog"})) is None
     assert kernel_max_usage(RunResult(outcome="ok")) is None
+
+
+def _mem_run(rows, key="mem"):
+    return RunResult(outcome="ok", values={key: {"reports": rows}})
+
+
+def test_memory_reports_are_read_per_worker_in_mib():
+    from labutils.kit import memory
+    MiB = memory.MiB
+    rows = [dict(worker=0, uss=10 * MiB, birth_uss=8 * MiB, pss=6 * MiB),
+            dict(worker=1, uss=20 * MiB, birth_uss=8 * MiB, pss=9 * MiB),
+            dict(worker=0, uss=30 * MiB, birth_uss=8 * MiB, pss=7 * MiB)]
+    run = _mem_run(rows)
+    assert [r["uss"] for r in memory.last_reports(run)] == [30 * MiB, 20 * MiB]
+    assert memory.growth_per_worker(run) == (22 + 12) / 2
+    assert memory.birth_uss(run) == 8
+    assert memory.total_extra(run) == [2, 14, 34]
+    assert memory.workers_pss(run) == 7 + 9
+    # a script that emits its own list of reports
+    own = RunResult(outcome="ok", values={"reports": rows})
+    assert memory.workers_pss(own, key=None) == 16
+
+
+def test_peak_summed_pss_counts_only_instants_with_every_worker():
+    from labutils.kit import memory
+    from labutils.runner.result import ProcessInfo
+    MiB = memory.MiB
+    workers = [ProcessInfo(pid=p, role="dataloader_worker", exitcode=0) for p in (2, 3)]
+    samples = [{"t": 1, "pid": 1, "pss": 500 * MiB},  # the main process alone: not counted
+               {"t": 2, "pid": 1, "pss": 100 * MiB}, {"t": 2, "pid": 2, "pss": 50 * MiB},
+               {"t": 2, "pid": 3, "pss": 50 * MiB}]
+    assert memory.peak_summed_pss(RunResult(outcome="ok", workers=workers, samples=samples)) == 200
+    assert memory.peak_summed_pss(RunResult(outcome="ok", workers=workers)) == 0

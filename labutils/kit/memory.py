@@ -1,0 +1,68 @@
+"""Reading the workers' own memory reports of notebook 04's runs (the plumbing of its plots and checks).
+
+Each run of notebook 04 takes its batches through :func:`labutils.kit.measure.collate_with_memory`, so every
+batch carries the memory of the worker that made it, measured by that worker itself (``psutil``'s USS, PSS
+and RSS, in bytes, now and at the worker's birth). :func:`labutils.kit.measure.run_batches` emits them as
+``run.values[key]["reports"]`` (a script may emit its own list as ``run.values["reports"]``). These functions
+read those self-reports; figures are in MiB. :func:`peak_summed_pss` is the only one that reads the runner's
+samples taken from outside (every ``sample_interval`` seconds): it is for printing, never for a check.
+"""
+
+from __future__ import annotations
+
+from statistics import mean
+
+MiB = 2**20
+
+
+def reports(run, key: str = "mem") -> list:
+    """The workers' memory reports of a run, one dict per batch, in the order the batches arrived."""
+    values = run.values.get(key) if key else None
+    return list(values["reports"] if isinstance(values, dict) else run.values.get("reports", []))
+
+
+def last_reports(run, key: str = "mem") -> list:
+    """Each worker's last report, ordered by worker id."""
+    last = {}
+    for r in reports(run, key):
+        last[r["worker"]] = r
+    return [last[w] for w in sorted(last)]
+
+
+def growth_per_worker(run, key: str = "mem") -> float:
+    """Mean over workers of (USS at its last report - USS at its birth), in MiB: what each worker copied."""
+    return mean(r["uss"] - r["birth_uss"] for r in last_reports(run, key)) / MiB
+
+
+def birth_uss(run, key: str = "mem") -> float:
+    """Mean over workers of their USS before their first sample, in MiB."""
+    return mean(r["birth_uss"] for r in last_reports(run, key)) / MiB
+
+
+def total_extra(run, key: str = "mem") -> list:
+    """For each batch: the sum over workers of (latest USS - USS at birth), in MiB."""
+    latest, totals = {}, []
+    for r in reports(run, key):
+        latest[r["worker"]] = r["uss"] - r["birth_uss"]
+        totals.append(sum(latest.values()) / MiB)
+    return totals
+
+
+def workers_pss(run, key: str = "mem") -> float:
+    """The workers' PSS summed at their last report, in MiB (PSS adds up across processes)."""
+    return sum(r["pss"] for r in last_reports(run, key)) / MiB
+
+
+def peak_summed_pss(run) -> float:
+    """The run's largest summed PSS at one sampling instant while all its DataLoader workers were alive, in MiB.
+
+    A sampled figure (the runner's ``samples``, taken from outside with ``memory_detail=True``): it misses what
+    happens between two samples, so print it, do not assert on it. 0.0 when no sample saw every worker.
+    """
+    workers = {w.pid for w in run.dataloader_workers}
+    by_time, pids = {}, {}
+    for s in run.samples:
+        by_time[s["t"]] = by_time.get(s["t"], 0) + (s.get("pss") or 0)
+        pids.setdefault(s["t"], set()).add(s["pid"])
+    seen = [v for t, v in by_time.items() if workers and workers <= pids[t]]
+    return max(seen, default=0) / MiB
