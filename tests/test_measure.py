@@ -104,14 +104,3 @@ def test_memory_reports_are_read_per_worker_in_mib():
     own = RunResult(outcome="ok", values={"reports": rows})
     assert memory.workers_pss(own, key=None) == 16
 
-
-def test_peak_summed_pss_counts_only_instants_with_every_worker():
-    from labutils.kit import memory
-    from labutils.runner.result import ProcessInfo
-    MiB = memory.MiB
-    workers = [ProcessInfo(pid=p, role="dataloader_worker", exitcode=0) for p in (2, 3)]
-    samples = [{"t": 1, "pid": 1, "pss": 500 * MiB},  # the main process alone: not counted
-               {"t": 2, "pid": 1, "pss": 100 * MiB}, {"t": 2, "pid": 2, "pss": 50 * MiB},
-               {"t": 2, "pid": 3, "pss": 50 * MiB}]
-    assert memory.peak_summed_pss(RunResult(outcome="ok", workers=workers, samples=samples)) == 200
-    assert memory.peak_summed_pss(RunResult(outcome="ok", workers=workers)) == 0

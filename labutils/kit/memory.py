@@ -4,8 +4,7 @@ Each run of notebook 04 takes its batches through :func:`labutils.kit.measure.co
 batch carries the memory of the worker that made it, measured by that worker itself (``psutil``'s USS, PSS
 and RSS, in bytes, now and at the worker's birth). :func:`labutils.kit.measure.run_batches` emits them as
 ``run.values[key]["reports"]`` (a script may emit its own list as ``run.values["reports"]``). These functions
-read those self-reports; figures are in MiB. :func:`peak_summed_pss` is the only one that reads the runner's
-samples taken from outside (every ``sample_interval`` seconds): it is for printing, never for a check.
+read those self-reports, not the runner's samples taken from outside; figures are in MiB.
 """
 
 from __future__ import annotations
@@ -52,17 +51,3 @@ def workers_pss(run, key: str = "mem") -> float:
     """The workers' PSS summed at their last report, in MiB (PSS adds up across processes)."""
     return sum(r["pss"] for r in last_reports(run, key)) / MiB
 
-
-def peak_summed_pss(run) -> float:
-    """The run's largest summed PSS at one sampling instant while all its DataLoader workers were alive, in MiB.
-
-    A sampled figure (the runner's ``samples``, taken from outside with ``memory_detail=True``): it misses what
-    happens between two samples, so print it, do not assert on it. 0.0 when no sample saw every worker.
-    """
-    workers = {w.pid for w in run.dataloader_workers}
-    by_time, pids = {}, {}
-    for s in run.samples:
-        by_time[s["t"]] = by_time.get(s["t"], 0) + (s.get("pss") or 0)
-        pids.setdefault(s["t"], set()).add(s["pid"])
-    seen = [v for t, v in by_time.items() if workers and workers <= pids[t]]
-    return max(seen, default=0) / MiB
