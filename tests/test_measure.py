@@ -44,3 +44,63 @@ def test_memory_probe_reports_each_worker_from_a_spawned_run():
 def test_collate_outside_a_worker_still_collates():
     batch, mem = collate_with_memory([1, 2, 3])
     assert batch.tolist() == [1, 2, 3] and mem["worker"] is None and mem["rss"] > 0
+
+
+def _info(pid, exitcode, **kw):
+    from labutils.runner.result import ProcessInfo
+    return ProcessInfo(pid=pid, role="dataloader_worker", exitcode=exitcode, **kw)
+
+
+def test_shm_left_reads_the_runs_own_ledger_not_the_machine():
+    from labutils.kit.measure import shm_left
+    r = RunResult(outcome="ok", shm_created=["sem.mp-abc", "torch_12_1_0"], shm_removed=["sem.mp-abc"],
+                  leftover_files=["torch_12_2_0"])
+    assert shm_left(r) == ["sem.mp-abc", "torch_12_1_0", "torch_12_2_0"]
+    # a semaphore recorded as created and unlinked by multiprocessing is not "left"
+    assert shm_left(RunResult(outcome="ok", shm_created=["sem.mp-abc"])) == []
+    assert shm_left(RunResult(outcome="ok")) == []
+
+
+def test_unended_workers_flags_only_unrecorded_endings():
+    from labutils.kit.measure import unended_workers
+    r = RunResult(outcome="failed", workers=[_info(1, 0), _info(2, -9), _info(3, None)])
+    assert unended_workers(r) == ["dataloader_worker 3: " + _info(3, None).status]
+
+
+def test_echoes_are_socket_errors_in_the_fd_handover_only():
+    from labutils.kit.measure import echoes
+    from labutils.runner.result import ExceptionInfo
+    echo = ExceptionInfo(type="ConnectionResetError", message="reset", traceback="in rebuild_storage_fd")
+    other = ExceptionInfo(type="ConnectionResetError", message="reset", traceback="in my_code")
+    eof = ExceptionInfo(type="EOFError", message="", traceback="File ... in recvfds")
+    assert echoes(RunResult(outcome="failed", exceptions=[echo, other, eof])) == [echo, eof]
+
+
+def test_kernel_max_usage_only_where_the_kernel_enforced():
+    from labutils.kit.measure import kernel_max_usage
+    kernel = {"enforced_by": "kernel", "kernel_record": {"max_usage": 123}}
+    assert kernel_max_usage(RunResult(outcome="ok", memory_limit=kernel)) == 123
+    assert kernel_max_usage(RunResult(outcome="ok", memory_limit={"enforced_by": "watchdog"})) is None
+    assert kernel_max_usage(RunResult(outcome="ok")) is None
+
+
+def _mem_run(rows, key="mem"):
+    return RunResult(outcome="ok", values={key: {"reports": rows}})
+
+
+def test_memory_reports_are_read_per_worker_in_mib():
+    from labutils.kit import memory
+    MiB = memory.MiB
+    rows = [dict(worker=0, uss=10 * MiB, birth_uss=8 * MiB, pss=6 * MiB),
+            dict(worker=1, uss=20 * MiB, birth_uss=8 * MiB, pss=9 * MiB),
+            dict(worker=0, uss=30 * MiB, birth_uss=8 * MiB, pss=7 * MiB)]
+    run = _mem_run(rows)
+    assert [r["uss"] for r in memory.last_reports(run)] == [30 * MiB, 20 * MiB]
+    assert memory.growth_per_worker(run) == (22 + 12) / 2
+    assert memory.birth_uss(run) == 8
+    assert memory.total_extra(run) == [2, 14, 34]
+    assert memory.workers_pss(run) == 7 + 9
+    # a script that emits its own list of reports
+    own = RunResult(outcome="ok", values={"reports": rows})
+    assert memory.workers_pss(own, key=None) == 16
+

@@ -67,3 +67,52 @@ def run_batches(loader, batches: int, key: str = "mem") -> dict:
     record = {"reports": reports, "first": first, "items": items}
     emit(**{key: record})
     return record
+
+
+# --------------------------------------------------------------------------- what a run left behind
+def shm_left(run, prefixes: tuple = ("torch_", "sem.mp-")) -> list:
+    """The run's own ``/dev/shm`` files that were still there when its processes had all ended.
+
+    These are what PyTorch (``torch_*`` segments) and multiprocessing (``sem.mp-*`` semaphores) did not
+    unlink themselves, so the runner had to: the run's ledger (``shm_created`` holds the run's segments
+    found at its end) and what the runner then removed or failed to remove (``shm_removed``,
+    ``leftover_files``). Files of other processes never appear here. Expected ``[]`` for a run whose
+    processes ended normally.
+    """
+    names = {n for n in getattr(run, "shm_created", []) or [] if n.startswith("torch_")}
+    names |= set(getattr(run, "shm_removed", []) or []) | set(getattr(run, "leftover_files", []) or [])
+    return sorted(n for n in names if n.startswith(prefixes))
+
+
+def unended_workers(run) -> list:
+    """Status lines of the run's processes whose ending nobody recorded while the run went.
+
+    Every process of a run is reaped inside it (by multiprocessing, or by the runner's monitor, which
+    records the status): an exit status of None means one outlived its run's own shutdown. (A -9 is not
+    flagged here: a worker may really be SIGKILLed; a lesson that expects none asserts that itself.)
+    """
+    return [f"{w.role} {w.pid}: {w.status}" for w in getattr(run, "workers", []) or [] if w.exitcode is None]
+
+
+# --------------------------------------------------------------------------- echoes of a death
+ECHO_TYPES = ("ConnectionResetError", "EOFError")
+
+
+def echoes(run) -> list:
+    """The exceptions of ``run``'s chain raised while fetching a batch's file descriptor from a worker.
+
+    That is: a ``ConnectionResetError`` or ``EOFError`` whose traceback passes through torch's
+    ``rebuild_storage_fd`` or multiprocessing's ``recvfds`` (a chained exception's traceback may hold only
+    its innermost frames). They are echoes of a worker's death, never its reason (notebook 01).
+    """
+    return [e for e in getattr(run, "exceptions", []) or [] if e.type in ECHO_TYPES
+            and any(step in (e.traceback or "") for step in ("rebuild_storage_fd", "recvfds"))]
+
+
+def kernel_max_usage(run) -> Optional[int]:
+    """The kernel's own peak memory charge of the run's cgroup (bytes), or None where the kernel did not
+    enforce the run's memory budget (the watchdog did, or there was none). Not a sampled figure."""
+    limit = getattr(run, "memory_limit", None) or {}
+    if limit.get("enforced_by") != "kernel":
+        return None
+    return (limit.get("kernel_record") or {}).get("max_usage")
