@@ -9,12 +9,16 @@ Two jobs, both for the shared-memory lesson (notebook 05):
   machine's real /dev/shm because it is small anyway, as in a Docker container (``real``), or not at all,
   showing recorded results instead (``recorded``), and why.
 
+Where there is no /dev/shm (macOS), :func:`supported` is False and :func:`why_unsupported` says why; a
+:class:`PeakMeter` built there reports ``supported=False`` and a ``peak`` of None instead of raising.
+
 Nothing here imports torch at module level: it is imported inside :func:`try_config` only.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import traceback
@@ -36,6 +40,29 @@ SMALL_SHM = 256 * MiB
 LESSON_SHM = 8 * MiB
 #: Bytes of one image of the lesson at 8 MiB: 3 x 256 x 256 float32.
 LESSON_SAMPLE = 3 * 256 * 256 * 4
+
+
+def why_unsupported(path: str = SHM_PATH) -> Optional[str]:
+    """None where ``path`` is a filesystem this module can measure; else the reason, in one sentence.
+
+    macOS (and any system without ``/dev/shm``) keeps POSIX shared memory inside the kernel, with no
+    filesystem to list or measure: every meter here then reports itself unsupported instead of raising.
+    """
+    if not hasattr(os, "statvfs"):
+        return f"os.statvfs does not exist on this platform ({sys.platform}): {path} cannot be measured"
+    if not os.path.isdir(path):
+        return (f"there is no {path} on this machine ({sys.platform}): POSIX shared memory lives in the "
+                "kernel here, with no filesystem to measure")
+    try:
+        os.statvfs(path)
+    except OSError as exc:
+        return f"{path} cannot be measured: {exc}"
+    return None
+
+
+def supported(path: str = SHM_PATH) -> bool:
+    """Whether the meters of this module work on ``path`` here (see :func:`why_unsupported`)."""
+    return why_unsupported(path) is None
 
 
 def shm_used(path: str = SHM_PATH) -> int:
@@ -62,20 +89,30 @@ class PeakMeter(threading.Thread):
     Use it as a context manager; ``peak`` is the highest use seen above the use at ``start()``
     (``peak_total`` is the raw value). A peak shorter than the interval can be missed, so a measured peak
     is a lower bound of the real one.
+
+    Where ``path`` cannot be measured (no ``/dev/shm``: macOS), the meter is built all the same and says
+    so: ``supported`` is False, ``reason`` says why, it starts no thread, and ``peak`` and :meth:`stop`
+    give None. Ask ``PeakMeter().supported`` (or :func:`supported`) before you rely on a number.
     """
 
     def __init__(self, path: str = SHM_PATH, interval: float = 0.001):
         super().__init__(daemon=True, name="shm-peak-meter")
         self.path, self.interval = path, interval
-        self.baseline = shm_used(path)
+        self.reason = why_unsupported(path)
+        self.supported = self.reason is None
+        self.baseline = shm_used(path) if self.supported else None
         self.peak_total = self.baseline
         self.samples = 0
         self._done = threading.Event()
 
     @property
-    def peak(self) -> int:
-        """Highest use seen, minus the use when the meter was created."""
-        return self.peak_total - self.baseline
+    def peak(self) -> Optional[int]:
+        """Highest use seen, minus the use when the meter was created (None where unsupported)."""
+        return None if not self.supported else self.peak_total - self.baseline
+
+    def start(self) -> None:
+        if self.supported:
+            super().start()
 
     def run(self) -> None:
         while not self._done.is_set():
@@ -83,9 +120,11 @@ class PeakMeter(threading.Thread):
             self.samples += 1
             time.sleep(self.interval)
 
-    def stop(self) -> int:
-        """Stop polling (one last sample is taken) and return :attr:`peak`."""
+    def stop(self) -> Optional[int]:
+        """Stop polling (one last sample is taken) and return :attr:`peak` (None where unsupported)."""
         self._done.set()
+        if not self.supported:
+            return None
         if self.is_alive():
             self.join()
         self.end_total = shm_used(self.path)
@@ -98,6 +137,11 @@ class PeakMeter(threading.Thread):
         went meanwhile, and ``peak`` is not the run's alone (files that went can even hide the run's own)."""
         end = getattr(self, "end_total", None)
         return end is not None and abs(end - self.baseline) > tolerance
+
+    def __str__(self) -> str:
+        if not self.supported:
+            return f"PeakMeter({self.path}): unsupported - {self.reason}"
+        return f"PeakMeter({self.path}): peak {format_size(self.peak)} in {self.samples} samples"
 
     def __enter__(self) -> "PeakMeter":
         self.start()
@@ -133,7 +177,8 @@ def try_config(
     failed iterator, its workers and their shared memory go (see notebook 05, "Retrying after the error").
 
     Returns ``{"config": [batch_size, num_workers, prefetch_factor], "error": str | None, "seen": [...],
-    "batches": int, "peak": bytes above the start, "start_method": str | None}``.
+    "batches": int, "peak": bytes above the start, "start_method": str | None}``; ``peak`` is None where
+    /dev/shm cannot be measured (:func:`supported`).
     """
     from torch.utils.data import DataLoader
 

@@ -1,0 +1,87 @@
+"""A DataLoader's failure caught in this kernel, recorded in the shape :mod:`labutils.kit.deaths` reads.
+
+An isolated run comes back as a :class:`~labutils.runner.result.RunResult` with its exception chain and
+its workers' exit statuses. A loader run in the notebook's own kernel (notebook 08's trap) has only the
+live exception. :func:`kernel_run` reads the chain and the workers of the iterator found in its
+traceback, so that ``check_death(kernel_run(exc), exitcode=1)`` checks this kernel's failure exactly as
+it checks an isolated run's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..runner.result import ExceptionInfo, ProcessInfo
+
+
+@dataclass
+class KernelRun:
+    """The evidence of one loader failure in this kernel (the fields ``check_death`` reads)."""
+
+    exceptions: list = field(default_factory=list)  # ExceptionInfo, outermost first
+    workers: list = field(default_factory=list)  # ProcessInfo of the iterator's workers
+    loader_events: list = field(default_factory=list)  # one {"event": "iter", ...} record
+
+    @property
+    def dataloader_workers(self) -> list:
+        return [w for w in self.workers if w.role == "dataloader_worker"]
+
+    @property
+    def all_messages(self) -> str:
+        return "\n".join(str(e) for e in self.exceptions)
+
+
+def _chain(exc: BaseException) -> list:
+    out, seen, link = [], set(), None
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        out.append((exc, link))
+        if exc.__cause__ is not None:
+            exc, link = exc.__cause__, "cause"
+        elif exc.__context__ is not None and not exc.__suppress_context__:
+            exc, link = exc.__context__, "context"
+        else:
+            exc = None
+    return out
+
+
+def _loader_iter(excs) -> Optional[object]:
+    for exc in excs:
+        tb = exc.__traceback__
+        while tb is not None:
+            obj = tb.tb_frame.f_locals.get("self")
+            if obj is not None and type(obj).__name__.endswith("DataLoaderIter"):
+                return obj
+            tb = tb.tb_next
+    return None
+
+
+def kernel_run(exc: BaseException) -> KernelRun:
+    """Record ``exc`` (raised by a DataLoader in this process) and the workers of its iterator.
+
+    Call it inside the ``except`` block, before the traceback is dropped: the iterator, and with it the
+    workers' pids and exit codes, is found through the traceback's frames. The start method is the one
+    the workers' Process class names (the loader's ``multiprocessing_context``), else this process's
+    default.
+    """
+    import multiprocessing
+
+    pairs = _chain(exc)
+    record = KernelRun(exceptions=[ExceptionInfo(type(e).__name__, str(e), type(e).__module__, link)
+                                   for e, link in pairs])
+    it = _loader_iter([e for e, _ in pairs])
+    if it is None:
+        return record
+    method = None
+    for w in list(getattr(it, "_workers", []) or []):
+        try:
+            code = w.exitcode
+        except Exception:  # noqa: BLE001 - a worker object in an odd state: no exit code known
+            code = None
+        record.workers.append(ProcessInfo(pid=w.pid, name="pt_data_worker", role="dataloader_worker",
+                                          exitcode=code))
+        method = method or getattr(type(w), "_start_method", None)
+    record.loader_events.append({"event": "iter", "num_workers": len(record.workers),
+                                 "start_method": method or multiprocessing.get_start_method()})
+    return record

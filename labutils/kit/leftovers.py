@@ -1,0 +1,46 @@
+"""What a finished isolated run left behind, by identity: its own /dev/shm files, its own workers.
+
+The runner keeps a ledger of the /dev/shm names that are a run's own (``RunResult.shm_created``:
+semaphores its processes created, ``torch_<pid>_*`` segments of its verified pids) and removes the ones
+still there at its end (``shm_removed``). For a run whose processes all ended on their own, that list is
+what PyTorch and multiprocessing failed to clean up: it should be empty. A worker whose ending the runner
+could not record was killed by the runner's own clean-up, not shut down by PyTorch.
+
+This is not ``leftover_files`` (the files the runner failed to delete: empty whenever its ``unlink``
+works), and not a diff of the machine's /dev/shm (neighbours' files come and go there).
+"""
+
+from __future__ import annotations
+
+#: :func:`left_behind` of a run that PyTorch and the OS cleaned up after.
+NOTHING = {"files": [], "unended_workers": []}
+
+
+def left_behind(run) -> dict:
+    """``{"files": [...], "unended_workers": [...]}`` for one finished run.
+
+    ``files``: names of the run's own /dev/shm files (in its ledger) that were still there when all its
+    processes had ended, which the runner then removed. ``unended_workers``: pids of its DataLoader
+    workers with no recorded exit status (the runner had to kill them).
+    """
+    created = set(getattr(run, "shm_created", []) or [])
+    files = sorted(n for n in (getattr(run, "shm_removed", []) or []) if n in created)
+    unended = sorted(w.pid for w in run.dataloader_workers if w.exitcode is None)
+    return {"files": files, "unended_workers": unended}
+
+
+def not_clean(runs: dict) -> dict:
+    """The runs of ``{name: run}`` that left something behind, with what (see :func:`left_behind`)."""
+    found = {name: left_behind(run) for name, run in runs.items()}
+    return {name: what for name, what in found.items() if what != NOTHING}
+
+
+def torch_files_of(run) -> list:
+    """The ``torch_<pid>_*`` names the runner removed for ``run`` whose pid is one of the run's processes."""
+    pids = {w.pid for w in getattr(run, "workers", [])}
+    out = []
+    for name in getattr(run, "shm_removed", []) or []:
+        parts = name.split("_")
+        if name.startswith("torch_") and len(parts) > 2 and parts[1].isdigit() and int(parts[1]) in pids:
+            out.append(name)
+    return out
