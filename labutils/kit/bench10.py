@@ -40,7 +40,23 @@ def steady(loader, epochs):
     rows = [r for r in time_epochs(loader, epochs) if r["samples_per_s"]]
     after = [r["seconds"] - r["first_batch_s"] for r in rows]  # each epoch after its first batch
     timed = sum(r["samples_per_s"] * a for r, a in zip(rows, after))
-    return {"samples_per_s": timed / sum(after), "batches": sum(r["batches"] - 1 for r in rows)}
+    return {"samples_per_s": timed / sum(after), "batches": sum(r["batches"] - 1 for r in rows),
+            "samples": sum(r["samples"] for r in rows)}
+
+
+def cpu_seconds():
+    """CPU time (user + system) of this process and every descendant alive now: the work done, which a
+    neighbour's load changes far less than the wall time."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for p in me.children(recursive=True):
+        try:
+            total += sum(p.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
 
 
 if __name__ == "__main__":
@@ -48,7 +64,7 @@ if __name__ == "__main__":
 
     import labutils
     from data_gen import Manifest
-    from labutils.kit.throughput import SetThreads, interleaved, preload_forkserver
+    from labutils.kit.throughput import SetThreads, preload_forkserver
 
     preload_forkserver()  # worker start-up is not measured here; under forkserver it takes milliseconds
     data = Manifest.load(sys.argv[1])
@@ -68,7 +84,12 @@ if __name__ == "__main__":
     bare = DataLoader(BareArrays(files), batch_size=16, num_workers=2, persistent_workers=True, timeout=60)
     robust = make_loader(files, data.params["shape"], batch_size=16, num_workers=2, transform=augment)
     steady(bare, 1), steady(robust, 1)  # start the workers
-    turns = interleaved({"bare": lambda: steady(bare, 2)["samples_per_s"],
-                         "robust": lambda: steady(robust, 2)["samples_per_s"]}, repeats=5)
+    turns = {"bare": [], "robust": [], "bare_cpu_us": [], "robust_cpu_us": []}
+    for _ in range(5):  # in turns: a slow patch of a shared machine hits both loaders
+        for name, loader in (("bare", bare), ("robust", robust)):
+            cpu0 = cpu_seconds()
+            row = steady(loader, 2)
+            turns[name].append(row["samples_per_s"])
+            turns[f"{name}_cpu_us"].append((cpu_seconds() - cpu0) / row["samples"] * 1e6)
     del bare, robust
     labutils.emit(sweep=sweep, turns=turns, cpus=cpus, samples=len(files), load=os.getloadavg())
