@@ -81,3 +81,20 @@ def test_preload_forkserver_records_the_modules_and_starts_nothing_unless_forkse
     assert forkserver._forkserver._preload_modules == ["__main__", "torch"]
     with pytest.raises(ValueError, match="module names"):
         preload_forkserver([""])
+
+
+def test_bench10_steady_counts_batches_after_each_first_one():
+    import time as _time
+
+    from torch.utils.data import DataLoader
+
+    from labutils.kit.bench10 import steady
+
+    class Sleepy(list):
+        def __getitem__(self, i):
+            _time.sleep(0.002)
+            return super().__getitem__(i)
+
+    out = steady(DataLoader(Sleepy(range(40)), batch_size=4), 3)
+    assert out["batches"] == 3 * (10 - 1)  # the first batch of each epoch is not timed
+    assert 100 < out["samples_per_s"] < 600, out  # about 4 samples per 8 ms

@@ -1,0 +1,44 @@
+"""A DataLoader error that a lesson's script caught itself, handed to the notebook and checked like a run's.
+
+:func:`labutils.kit.deaths.check_death` reads a run's exception chain (``run.exceptions``), which holds only
+what ended the script. A lesson that catches the error inside the script (to time it, or to go on with a
+second loader) records the chain with :func:`chain` and emits it; the notebook wraps it with
+:func:`caught`, which gives ``check_death`` and ``classify`` the same view: that chain, and the run's
+DataLoader workers and loader records (for the start method).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Optional
+
+__all__ = ["caught", "chain"]
+
+
+def chain(exc: Optional[BaseException]) -> list:
+    """``[{"type", "message"}, ...]`` for ``exc`` and each ``__cause__``/``__context__`` below it, outermost
+    first (JSON-able, for :func:`labutils.emit`); ``[]`` for None."""
+    out: list = []
+    seen: set = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        out.append({"type": type(exc).__name__, "message": str(exc)})
+        if exc.__cause__ is not None:
+            exc = exc.__cause__
+        elif exc.__context__ is not None and not exc.__suppress_context__:
+            exc = exc.__context__
+        else:
+            exc = None
+    return out
+
+
+def caught(run: Any, records: Optional[list]) -> SimpleNamespace:
+    """What ``check_death(..)`` needs, for a chain ``records`` (from :func:`chain`) caught inside ``run``."""
+    if records is not None and not (isinstance(records, list) and all(
+            isinstance(r, dict) and {"type", "message"} <= set(r) for r in records)):
+        raise ValueError(f"records must be the list labutils.kit.caught.chain() returns, not {records!r}")
+    return SimpleNamespace(
+        exceptions=[SimpleNamespace(type=r["type"], message=r["message"]) for r in records or []],
+        dataloader_workers=list(getattr(run, "dataloader_workers", []) or []),
+        loader_events=list(getattr(run, "loader_events", []) or []),
+    )
