@@ -49,7 +49,7 @@ class _Panel:
         self.y = bq.LinearScale(min=0)
         self.unit = bq.LinearScale(min=0, max=1)  # for the vertical death lines: bottom to top of the panel
         axes = [bq.Axis(scale=x_scale, label="seconds since the run started", grid_lines="dashed"),
-                bq.Axis(scale=self.y, orientation="vertical", label=label, grid_lines="dashed")]
+                bq.Axis(scale=self.y, side="left", label=label, grid_lines="dashed")]
         self.lines: dict = {}
         self.limit = bq.Lines(x=[0.0, 1.0], y=[0.0, 0.0], scales={"x": x_scale, "y": self.y},
                               colors=["#cf222e"], line_style="dashed", stroke_width=2, visible=False)
@@ -69,7 +69,10 @@ class _Panel:
                                  labels=[label], display_legend=True)
             self.lines[key] = mark
             self.figure.marks = list(self.figure.marks) + [mark]
-        return self.lines[key]
+        mark = self.lines[key]
+        if list(mark.labels) != [label]:  # a second run joined: the first one's legend names it now
+            mark.labels = [label]
+        return mark
 
     def set_limit(self, value: Optional[float], text: str, t_end: float) -> None:
         self.limit.visible = self.limit_label.visible = value is not None

@@ -178,7 +178,7 @@ class LabUI:
         return shown, text
 
     def _render_code(self) -> None:
-        self.code.clear_output()
+        self.code.outputs = ()  # (clear_output() only works inside a cell's execution)
         if self.show_code.value:
             name, text = self._script_view()
             self.code.append_stdout(f"# {name}\n{text}")  # works headless too, unlike `with self.code: print()`
@@ -302,9 +302,7 @@ class LabUI:
             self.live.stop()
 
     def _clear(self) -> None:
-        self.output.clear_output()
-        self.compare.clear_output()
-        self.printed.clear_output()
+        self.output.outputs = self.compare.outputs = self.printed.outputs = ()
         self.verdict.value = ""
 
     def _guess(self) -> Optional[dict]:
