@@ -456,7 +456,7 @@ class LabUI:
             return
         lack = missing_capability(ch)
         self.challenge_text.value = html.escape(ch.describe(case)) + (f"<br>{_red(lack)}" if lack else "") + (
-            f"<br>Open {case} in the Scenarios tab, set the knobs, then press <b>Try</b>.")
+            f"<br>Open {case} in the {self.tabs.titles[0]} tab, set the knobs, then press <b>Try</b>.")
 
     def _try_challenge(self) -> Optional[dict]:
         ch = CHALLENGES.get(self.challenge.value)
@@ -466,7 +466,8 @@ class LabUI:
         case = self._challenge_case(ch)
         lack = missing_capability(ch)
         if (self.mystery and ch.scenario not in self.revealed) or lack or self.current.id != ch.scenario:
-            self.status.value = _red(lack or f"open {case} in the Scenarios tab (revealed) to try this challenge")
+            where = f"open {case} in the {self.tabs.titles[0]} tab (revealed) to try this challenge"
+            self.status.value = _red(lack or where)
             return None
         self._clear()
         settings, defaults = self.settings(), dict(self._defaults)
