@@ -180,6 +180,18 @@ WATCH_CHART = """() => {
 }"""
 
 
+def _redraws(times_ms: list, gap_ms: float = 40.0) -> list:
+    """One update from the kernel changes several paths of a figure (its line, its axes) in a burst of
+    messages a few ms apart; the bursts are the redraws the learner sees."""
+    out: list = []
+    for t in times_ms:
+        if not out or t - out[-1][-1] > gap_ms:
+            out.append([t])
+        else:
+            out[-1].append(t)
+    return [burst[0] for burst in out]
+
+
 def _rate(times_ms: list) -> float:
     if len(times_ms) < 2 or times_ms[-1] <= times_ms[0]:
         return 0.0
@@ -253,10 +265,12 @@ def test_a_case_stays_hidden_in_the_browser_until_the_reveal_and_the_chart_moves
         while time.monotonic() < deadline and "your code:" not in status.inner_text():
             time.sleep(0.2)
         changes = page.evaluate("window.__chartChanges")
-        rate = _rate(changes)
-        print(f"chart changes seen by the page: {len(changes)}, {rate:.1f} a second (loaded machine)")
+        redraws = _redraws(changes)
+        rate = _rate(redraws)
+        print(f"chart changes seen by the page: {len(changes)} path changes in {len(redraws)} redraws, "
+              f"{rate:.1f} redraws a second (loaded machine)")
         assert "your code: ok" in status.inner_text(), status.inner_text()
-        assert rate >= 4, changes
+        assert rate >= 4, redraws
         assert "finished" in page.locator(".lab-chart-caption").inner_text()
     except Exception:
         page.screenshot(path=str(shot), full_page=True)
