@@ -1,11 +1,15 @@
 """The lab in a real browser: JupyterLab on 127.0.0.1 with a token, Debian's chromium driven by Playwright.
 
-The test opens a temporary copy of ``notebooks/09_interactive_lab.ipynb`` (its setup cells only: the rest
-of the notebook is nbval's test and would add half a minute), runs all cells from JupyterLab's Run menu,
-turns a knob of the lab widget (the sharing strategy of ``fd_limit``), presses Run, and checks that the
-chart changes between two moments while the run goes and that the diagnosis card appears with the
-cause the knob produces. A screenshot is kept in ``tmp_path`` when it fails. It skips, with the reason,
-where chromium or Playwright is missing (CI installs both: ``.ci/run`` and requirements.txt).
+The test opens a temporary copy of ``notebooks/09_interactive_lab.ipynb`` (its cells up to the lab: the
+rest is prompts and nbval's rehearsal), runs all cells from JupyterLab's Run menu, types a learner's
+name, picks the case that is ``fd_limit`` in that learner's deal, and runs it without a prediction. Until
+the reveal, the page's text (every tooltip and input value included, the prediction's list of choices
+left out) must not contain the cause id, the scenario's title or its script's name; the run's own
+output must be there. Then it predicts, reveals, and reads the cause in the reveal. Last, it runs a
+loader of a few seconds from the "Your code" tab and counts the changes the page makes to the chart
+(a MutationObserver on the batches panel): at least 4 a second. A screenshot is kept in ``tmp_path``
+when it fails. It skips, with the reason, where chromium or Playwright is missing (CI installs both:
+``.ci/run`` and requirements.txt).
 """
 
 from __future__ import annotations
@@ -132,42 +136,141 @@ def page(jupyter):
             browser.close()
 
 
-def test_knob_run_live_chart_and_card_in_a_real_browser(jupyter, page):
+LEARNER = "browser test"
+SLOW_LOADER = """import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        time.sleep(0.05)
+        return torch.zeros(1000)
+
+
+if __name__ == "__main__":
+    for batch in DataLoader(Slow(), batch_size=2, num_workers=2):
+        pass
+"""
+
+# Everything on the page as text: the document's text (without the prediction's list of choices, which
+# describes every cause by what it looks like) and every tooltip.
+PAGE_TEXT = """() => {
+  const body = document.body.cloneNode(true);
+  body.querySelectorAll('.lab-prediction').forEach(e => e.remove());
+  const titles = Array.from(document.querySelectorAll('[title]')).map(e => e.getAttribute('title'));
+  const values = Array.from(document.querySelectorAll('input, textarea')).map(e => e.value);
+  return body.textContent + '\\n' + titles.join('\\n') + '\\n' + values.join('\\n');
+}"""
+
+# Count the changes the page makes to the batches panel's line (the last figure of the chart).
+WATCH_CHART = """() => {
+  window.__chartChanges = [];
+  const figs = document.querySelector('.lab-chart').children;  // the four figures, batches last
+  const target = figs[figs.length - 1];
+  new MutationObserver(records => {
+    if (records.some(r => r.type === 'attributes' && r.attributeName === 'd')) {
+      window.__chartChanges.push(performance.now());
+    }
+  }).observe(target, {subtree: true, attributes: true, attributeFilter: ['d']});
+  return figs.length;
+}"""
+
+
+def _redraws(times_ms: list, gap_ms: float = 40.0) -> list:
+    """One update from the kernel changes several paths of a figure (its line, its axes) in a burst of
+    messages a few ms apart; the bursts are the redraws the learner sees."""
+    out: list = []
+    for t in times_ms:
+        if not out or t - out[-1][-1] > gap_ms:
+            out.append([t])
+        else:
+            out[-1].append(t)
+    return [burst[0] for burst in out]
+
+
+def _rate(times_ms: list) -> float:
+    if len(times_ms) < 2 or times_ms[-1] <= times_ms[0]:
+        return 0.0
+    return (len(times_ms) - 1) / ((times_ms[-1] - times_ms[0]) / 1000)
+
+
+def _giveaways(text: str, sc) -> list:
+    import re
+
+    found = [s for s in (sc.title, sc.broken, sc.fixed) if s in text]
+    return found + ([sc.id] if re.search(rf"(?<![A-Za-z_]){re.escape(sc.id)}(?![A-Za-z_])", text) else [])
+
+
+def _open_lab(page, jupyter) -> None:
+    page.goto(f"{jupyter['base']}/lab/tree/lab.ipynb?token={jupyter['token']}")
+    page.locator(".jp-Notebook").first.wait_for()
+    accept = page.locator(".jp-Dialog button.jp-mod-accept")  # "Select Kernel", where JupyterLab asks
+    try:
+        accept.first.wait_for(timeout=15_000)
+        accept.first.click()
+    except Exception:  # noqa: BLE001 - no dialog: the notebook's kernel started by itself
+        pass
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=90_000)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    page.locator("button.lab-run").wait_for(timeout=90_000)
+
+
+def test_a_case_stays_hidden_in_the_browser_until_the_reveal_and_the_chart_moves(jupyter, page):
+    from labutils.diagnosis.causes import CATALOGUE
+    from labutils.lab.game import deal
+    from labutils.scenarios import SCENARIOS
+
+    sc = SCENARIOS["fd_limit"]
+    case = deal(SCENARIOS, LEARNER).case_of(sc.id)
     shot = jupyter["tmp"] / "lab_failure.png"
     t0 = time.monotonic()
     try:
-        page.goto(f"{jupyter['base']}/lab/tree/lab.ipynb?token={jupyter['token']}")
-        page.locator(".jp-Notebook").first.wait_for()
-        accept = page.locator(".jp-Dialog button.jp-mod-accept")  # "Select Kernel", where JupyterLab asks
-        try:
-            accept.first.wait_for(timeout=15_000)
-            accept.first.click()
-        except Exception:  # noqa: BLE001 - no dialog: the notebook's kernel started by itself
-            pass
-        page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=90_000)
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-        run = page.locator("button.lab-run")
-        run.wait_for(timeout=90_000)
-        # the knob: fd_limit (broken) with the file_system sharing strategy
-        page.locator(".lab-knob-sharing_strategy select").select_option("file_system")
-        run.click()
-        status, chart = page.locator(".lab-status"), page.locator(".lab-chart")
-        seen_running: list = []
+        _open_lab(page, jupyter)
+        page.locator(".lab-learner input").fill(LEARNER)
+        page.locator(".lab-learner input").press("Enter")
+        page.locator(".lab-case select").select_option(label=case)
+        page.locator(".lab-setup", has_text="open files limit: 128").wait_for(timeout=30_000)
+        assert _giveaways(page.evaluate(PAGE_TEXT), sc) == [], "before the run"
+        page.locator("button.lab-run").click()
+        status = page.locator(".lab-status")
+        seen: list = []
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            text = status.inner_text()
-            src = chart.get_attribute("src") if chart.count() else None
-            if "running" in text and src and src not in seen_running:
-                seen_running.append(src)
-            if "fd_limit (broken):" in text:
+            text = page.evaluate(PAGE_TEXT)
+            seen += _giveaways(text, sc)
+            if "ended after" in status.inner_text():
                 break
-            time.sleep(0.15)
-        status_text = status.inner_text()
-        card = page.locator(".lab-card").inner_text()
-        assert len(seen_running) >= 2, f"the chart did not change while the run went: {seen_running}"
-        assert "fd_limit (broken): ok" in status_text, status_text
-        assert "cause: ok" in card, card
+            time.sleep(0.2)
+        assert "ended after" in status.inner_text(), status.inner_text()
+        assert seen == [] and _giveaways(page.evaluate(PAGE_TEXT), sc) == [], f"before the reveal: {seen}"
+        assert "Too many open files" in page.locator(".lab-printed").inner_text(), "the run's own output is shown"
+        page.locator(".lab-prediction select").select_option(label=CATALOGUE["fd_limit"].title)
+        page.locator("button.lab-reveal-button").click()
+        verdict = page.locator(".lab-verdict")
+        verdict.locator(".lab-reveal").wait_for(timeout=30_000)
+        reveal = verdict.inner_text()
+        assert "fd_limit" in reveal and sc.title in reveal and "06_file_descriptors" in reveal, reveal
+        assert "right" in reveal, reveal
+        # the chart: a loader that runs for a few seconds, from the Your code tab
+        page.locator(".lm-TabBar-tabLabel", has_text="Your code").first.click()
+        page.locator(".lab-user-code textarea").fill(SLOW_LOADER)
+        assert page.evaluate(WATCH_CHART) == 4, "four bqplot figures"
+        page.locator("button.lab-run-mine").click()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "your code:" not in status.inner_text():
+            time.sleep(0.2)
+        changes = page.evaluate("window.__chartChanges")
+        redraws = _redraws(changes)
+        rate = _rate(redraws)
+        print(f"chart changes seen by the page: {len(changes)} path changes in {len(redraws)} redraws, "
+              f"{rate:.1f} redraws a second (loaded machine)")
+        assert "your code: ok" in status.inner_text(), status.inner_text()
+        assert rate >= 4, redraws
         assert "finished" in page.locator(".lab-chart-caption").inner_text()
     except Exception:
         page.screenshot(path=str(shot), full_page=True)

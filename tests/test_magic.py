@@ -42,12 +42,19 @@ def test_a_crash_in_the_cell_leaves_the_kernel_alive(shell):
     ("--timeout soon", "invalid float"),
     ("--env NOEQUALS", "KEY=VALUE"),
     ("-o 1bad", "not a valid Python name"),
+    ("--nofile many", "invalid int"),
+    ("--memory-budget lots", "--memory-budget"),
+    ("--timeout -3", "--timeout"),
+    ("--env 'A=1", "close the quote"),
+    ("--bogus 1", "unrecognized arguments"),
 ])
 def test_bad_options_raise_a_usage_error(shell, line, words):
     from IPython.core.error import UsageError
 
-    with pytest.raises(UsageError, match=words):
+    with pytest.raises(UsageError, match=words) as info:
         shell.run_cell_magic("isolate", line, "pass\n")
+    message = str(info.value)
+    assert "\n" not in message and "Traceback" not in message, message  # one line, no traceback
 
 
 def test_isolate_can_force_the_watchdog(shell):

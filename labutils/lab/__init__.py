@@ -10,16 +10,17 @@ import sys
 import types
 
 
-def lab(scenario: str = "worker_exception", which: str = "broken"):
-    """The interactive lab (ipywidgets): pick a scenario, set limits, run it isolated, read the card."""
+def lab(scenario=None, which: str = "broken", mystery: bool = True, learner: str = ""):
+    """The interactive lab (ipywidgets): a game of anonymous cases by default (``mystery=False``: every
+    scenario by name); predict, run it isolated, watch the live chart, then the reveal."""
     from .widget import lab as _lab
 
-    return _lab(scenario, which)
+    return _lab(scenario, which, mystery=mystery, learner=learner)
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, scenario: str = "worker_exception", which: str = "broken"):
-        return lab(scenario, which)
+    def __call__(self, scenario=None, which: str = "broken", mystery: bool = True, learner: str = ""):
+        return lab(scenario, which, mystery=mystery, learner=learner)
 
 
 sys.modules[__name__].__class__ = _CallableModule

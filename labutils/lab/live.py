@@ -2,22 +2,22 @@
 
 :class:`LiveRecorder` is the listener handed to :func:`labutils.run_isolated` (``on_sample=rec.on_sample,
 on_event=rec.on_event``): it only stores what the monitor thread reports (no second sampler) and names
-the processes ("main", "worker 0", ...). :func:`render_png` draws what was recorded so far: memory
-(RSS and USS) per process, open fds, /dev/shm pages in use, batches delivered, and a red line where a
-process died, labelled with its exit status and who killed it. :class:`LiveView` redraws into an
-ipywidgets ``Image`` from its own thread, a few times a second, so a slow redraw never delays the
-monitor (which also enforces the memory budget).
+the processes ("main", "worker 0", ...). :func:`render_png` draws what was recorded so far as a PNG (for
+the CLI and for export): memory (RSS and USS) per process, open fds, /dev/shm pages in use, batches
+delivered, and a red line where a process died, labelled with its exit status and who killed it. The
+live chart in the browser is :class:`labutils.lab.chart.LiveChart` (bqplot), fed by the same recorder.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import signal as _signal
 import threading
 import time
 from typing import Optional
 
-__all__ = ["LiveRecorder", "LiveView", "death_text", "render_png"]
+__all__ = ["LiveRecorder", "death_text", "render_png"]
 
 MIB = 1024 * 1024
 MAX_POINTS = 400  # per line drawn: keeps a redraw fast however long the run
@@ -43,11 +43,21 @@ def death_text(event: dict, label: str = "") -> str:
     return f"{who} died: {how}" + (f" (killed by {by})" if by else "")
 
 
+def _tmpfs_used(pid) -> Optional[int]:
+    """Bytes in use on /dev/shm as process ``pid`` sees it (its own mount namespace), or None."""
+    try:
+        st = os.statvfs(f"/proc/{int(pid)}/root/dev/shm")
+    except (OSError, TypeError, ValueError):
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
 class LiveRecorder:
     """Thread-safe store of one run's samples and deaths, as the runner's monitor reports them."""
 
-    def __init__(self):
+    def __init__(self, private_shm: bool = False):
         self._lock = threading.Lock()
+        self.private_shm = private_shm  # the run has its own /dev/shm: read its tmpfs through /proc/PID/root
         self.samples: list = []
         self.events: list = []
         self.version = 0  # bumped on every record: the view redraws only when it moved
@@ -66,7 +76,10 @@ class LiveRecorder:
             offset = now - float(sample.get("t", 0.0))
             self._offset = offset if self._offset is None else min(self._offset, offset)
             self._name(sample)
-            self.samples.append(dict(sample))
+            sample = dict(sample)
+            if self.private_shm and sample.get("role") == "main" and not sample.get("final"):
+                sample["shm_tmpfs"] = _tmpfs_used(sample.get("pid"))
+            self.samples.append(sample)
             self.version += 1
 
     def on_event(self, event: dict) -> None:
@@ -111,11 +124,24 @@ class LiveRecorder:
             if s.get("batches") is not None:
                 bt.append(s["t"])
                 bn.append(s["batches"])
+        ticks: dict = {}  # one monitor tick: the samples of every process share its time
+        for s in samples:
+            if not s.get("final"):
+                tick = ticks.setdefault(s["t"], {"uss": 0.0, "shm": 0.0, "tmpfs": None})
+                tick["uss"] += (s.get("uss") or 0) / MIB
+                tick["shm"] += (s.get("shm_bytes") or 0) / MIB
+                if s.get("shm_tmpfs") is not None:
+                    tick["tmpfs"] = s["shm_tmpfs"] / MIB
+        tt = sorted(ticks)
+        # /dev/shm in use: the run's own tmpfs where it has one, else the shared pages its processes map
+        shm = [ticks[t]["tmpfs"] if ticks[t]["tmpfs"] is not None else ticks[t]["shm"] for t in tt]
         deaths = []
         for e in events:
             t = (e["t"] - offset) if offset is not None else (e["t"] - self.started)
             deaths.append((max(t, 0.0), death_text(e, names.get(e.get("pid"), ""))))
-        return {"series": series, "batches": (bt, bn), "deaths": deaths, "n_samples": len(samples)}
+        return {"series": series, "batches": (bt, bn), "deaths": deaths, "n_samples": len(samples),
+                "total_uss": (tt, [ticks[t]["uss"] for t in tt]), "shm": (tt, shm),
+                "shm_peak_mib": max(shm) if shm else None}
 
 
 def render_png(
@@ -171,65 +197,3 @@ def render_png(
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
-
-
-class LiveView:
-    """An ``ipywidgets.Image`` that shows a :class:`LiveRecorder` while a run goes (redraws from a thread)."""
-
-    def __init__(self, interval: float = 0.33):
-        import ipywidgets as w
-
-        self.interval = interval  # ~3 redraws a second at most
-        self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
-        self.image.add_class("lab-chart")
-        self.caption = w.HTML()
-        self.caption.add_class("lab-chart-caption")
-        self.widget = w.VBox([self.caption, self.image])
-        self.redraws = 0
-        self.recorder: Optional[LiveRecorder] = None
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self.title = ""
-
-    def start(self, title: str = "") -> LiveRecorder:
-        """A fresh recorder, and the redraw thread that follows it until :meth:`stop`."""
-        self.stop()
-        self.title = title
-        self.redraws = 0
-        self.recorder = LiveRecorder()
-        self._stop = threading.Event()
-        self.caption.value = f"<b>{title}</b>: starting..."
-        self._thread = threading.Thread(
-            target=self._loop, args=(self.recorder, self._stop), daemon=True, name="labutils-live-view"
-        )
-        self._thread.start()
-        return self.recorder
-
-    def _loop(self, rec: LiveRecorder, stop: threading.Event) -> None:
-        drawn = -1
-        while not stop.wait(self.interval):
-            if rec.version != drawn:
-                drawn = rec.version
-                self._draw(rec, running=True)
-
-    def _draw(self, rec: LiveRecorder, running: bool) -> None:
-        try:
-            self.image.value = render_png(rec, self.title, running=running)
-            self.redraws += 1
-            n = len(rec.samples)
-            first = "" if rec.first_sample_s is None else f", first sample after {rec.first_sample_s:.2f} s"
-            self.caption.value = (
-                f"<b>{self.title}</b>: {'running' if running else 'finished'}, "
-                f"{n} samples{first}, chart redrawn {self.redraws} times"
-            )
-        except Exception as exc:  # noqa: BLE001 - a drawing failure must not stop the run
-            self.caption.value = f"chart failed: {exc!r}"
-
-    def stop(self) -> None:
-        """Stop the redraw thread and draw the final state (also for a run shorter than one redraw)."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=10)
-            self._thread = None
-            if self.recorder is not None:
-                self._draw(self.recorder, running=False)

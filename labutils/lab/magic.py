@@ -51,7 +51,11 @@ _OPTION_OF = {name: "--" + name.replace("_", "-") for name in (
 
 def isolate_cell(line: str, cell: str, user_ns: dict):
     """Parse the magic's options, run the cell isolated, store and return the RunResult."""
-    opts = _parser().parse_args(shlex.split(line))
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:  # an unclosed quote
+        raise IsolationError(f"%%isolate: cannot read the options ({exc}): close the quote") from None
+    opts = _parser().parse_args(words)
     env = {}
     for item in opts.env:
         key, sep, value = item.partition("=")
@@ -70,6 +74,8 @@ def isolate_cell(line: str, cell: str, user_ns: dict):
     except IsolationError as exc:
         if exc.argument in _OPTION_OF:  # name the option the user typed, not the Python argument
             raise IsolationError(f"%%isolate: {exc.for_option(_OPTION_OF[exc.argument])}") from None
+        raise IsolationError(f"%%isolate: {exc}") from None
+    except (ValueError, TypeError) as exc:  # a value the runner could not take, said in one line
         raise IsolationError(f"%%isolate: {exc}") from None
     if opts.out:
         user_ns[opts.out] = result

@@ -1,37 +1,39 @@
 """``labutils.lab()``: an ipywidgets front end over the scenarios, the isolated runner and the diagnosis.
 
-Pick a scenario, broken or fixed, turn the knobs it accepts (on the DataLoader and on the run's
-limits), say which cause you expect, press Run: the script runs isolated in a background thread, a
-chart of every process of the run (memory, fds, /dev/shm, batches) grows while it goes, each death is
-marked on it, and the result card appears under it. "Broken vs fixed" shows the diff of the two scripts
-and both results; the "Your code" tab runs a pasted script or a file the same way; the "Class" tab keeps
-the score and exports the answers (CSV or JSON).
+By default it is a game (*mystery mode*): the scenarios are "Case A", "Case B", ... in an order dealt
+per learner (:mod:`labutils.lab.game`); a case's title, script name and cause stay hidden until the
+learner has predicted and the run has ended. Then the reveal shows the cause, the evidence that decided
+it, the numbers predicted against the numbers observed, and the notebook to read; the case's knobs and
+"Broken vs fixed" open, and so do the challenges about it (:mod:`labutils.lab.challenges`). The live
+chart is drawn by the browser (:mod:`labutils.lab.chart`). ``LabUI(mystery=False)`` is the free-play
+sandbox of an instructor: every scenario by its id, knobs open from the start.
 
 All logic lives in :class:`LabUI` so it can be driven without a browser: set the widgets' ``value`` and
 call :meth:`LabUI.run` (blocking) or :meth:`LabUI.start` + :meth:`LabUI.wait` (what the button does).
-That is what the tests and the notebooks' non-interactive cells do.
 """
 
 from __future__ import annotations
 
-import csv
 import difflib
 import html
-import json
 import os
 import re
 import threading
-import time
 from typing import Optional
 
 from ..runner.isolate import IsolationError, run_isolated
 from ..runner.result import RunResult
+from . import game
+from .challenges import CHALLENGES, missing_capability, score_attempt
+from .layout import build_layout, build_widgets
 
 __all__ = ["LabUI", "lab", "script_knob_defaults", "script_diff_html"]
 
-_WIDE = {"description_width": "initial"}
 _KNOB_RE = re.compile(r'os\.environ\.get\(\s*"LAB_([A-Z_]+)"\s*,\s*"([^"]*)"\s*\)')
 _SHARING = ("file_descriptor", "file_system")
+_BUSY = "a run is already going: wait for it to end, then run again"
+_OUTCOME_WORDS = {"ok": "it finished", "failed": "it failed", "timed_out": "the lab stopped it at a limit",
+                  "unsupported": "this machine cannot run it"}
 
 
 def script_knob_defaults(path: str) -> dict:
@@ -54,151 +56,79 @@ def script_diff_html(broken_path: str, fixed_path: str) -> str:
     return f"<pre class='lab-diff' style='font-size:85%;line-height:1.3'>{body}</pre>"
 
 
+def _red(text: str) -> str:
+    return f"<span style='color:#cf222e'>{html.escape(text)}</span>"
+
+
 class LabUI:
     """The widgets and their handlers. ``LabUI().widget`` is what a notebook displays."""
 
-    def __init__(self, scenario: str = "worker_exception", which: str = "broken"):
-        import ipywidgets as w
-
-        from ..diagnosis.causes import CAUSES
-        from .live import LiveView
+    def __init__(self, scenario: Optional[str] = None, which: str = "broken", mystery: bool = True,
+                 learner: str = ""):
+        from ..diagnosis.causes import CATALOGUE, CAUSES
         from .tour import SCENARIOS
 
-        self.scenarios = SCENARIOS
-        if scenario not in SCENARIOS:
+        self.scenarios, self.mystery = SCENARIOS, mystery
+        if scenario is not None and scenario not in SCENARIOS:
             raise KeyError(f"unknown scenario {scenario!r}; choose one of: {', '.join(SCENARIOS)}")
-        wide = w.Layout(width="95%")
-        self.scenario = w.Dropdown(
-            options=[(f"{s.id}: {s.title}", s.id) for s in SCENARIOS.values()],
-            value=scenario,
-            description="Scenario",
-            layout=wide,
-            style=_WIDE,
-        )
-        self.which = w.ToggleButtons(options=["broken", "fixed"], value=which, description="Version", style=_WIDE)
-        # limits of the run (run_isolated options)
-        self.start_method = w.Dropdown(
-            options=["(script's)", "fork", "spawn", "forkserver"], description="Start method", style=_WIDE
-        )
-        self.timeout = w.BoundedFloatText(value=60, min=1, max=600, description="Timeout (s)", style=_WIDE)
-        self.stall = w.BoundedFloatText(value=15, min=1, max=600, description="Stall limit (s)", style=_WIDE)
-        self.memory_budget = w.Text(value="", placeholder="e.g. 400M", description="Memory budget", style=_WIDE)
-        self.shm_size = w.Text(value="", placeholder="e.g. 8M", description="/dev/shm size", style=_WIDE)
-        self.nofile = w.Text(value="", placeholder="e.g. 128", description="Open files limit", style=_WIDE)
-        # knobs on the DataLoader (LAB_* environment variables the scripts read)
-        self.num_workers = w.IntSlider(value=2, min=0, max=8, description="num_workers", style=_WIDE)
-        self.batch_size = w.IntSlider(value=8, min=1, max=64, description="batch_size", style=_WIDE)
-        self.prefetch_factor = w.IntSlider(value=2, min=1, max=8, description="prefetch_factor", style=_WIDE)
-        self.pin_memory = w.Checkbox(value=False, description="pin_memory", style=_WIDE)
-        self.persistent_workers = w.Checkbox(value=False, description="persistent_workers", style=_WIDE)
-        self.sharing_strategy = w.Dropdown(options=_SHARING, description="Sharing strategy", style=_WIDE)
-        self.knob_widgets = {
-            "start_method": self.start_method,
-            "timeout": self.timeout,
-            "stall": self.stall,
-            "memory_budget": self.memory_budget,
-            "shm_size": self.shm_size,
-            "nofile": self.nofile,
-            "num_workers": self.num_workers,
-            "batch_size": self.batch_size,
-            "prefetch_factor": self.prefetch_factor,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.persistent_workers,
-            "sharing_strategy": self.sharing_strategy,
-        }
-        for name, widget in self.knob_widgets.items():
-            widget.add_class(f"lab-knob-{name}")
-        self.knob_box = w.HBox(layout=w.Layout(flex_flow="row wrap"))
-        # predict, then run
-        self.prediction = w.Dropdown(
-            options=[("(no guess)", "")] + [(c, c) for c in CAUSES] + [("unknown", "unknown")],
-            description="I expect the cause",
-            style=_WIDE,
-        )
-        self.learner = w.Text(value="", placeholder="your name (for the class sheet)", description="Name", style=_WIDE)
-        self.show_code = w.Checkbox(value=False, description="Show the script", style=_WIDE)
-        self.button = w.Button(description="Run", button_style="primary", icon="play")
-        self.button.add_class("lab-run")
-        self.compare_button = w.Button(description="Broken vs fixed", icon="columns", layout=w.Layout(width="auto"))
-        self.compare_button.add_class("lab-compare")
-        self.status = w.HTML()
-        self.status.add_class("lab-status")
-        self.verdict = w.HTML()
-        self.verdict.add_class("lab-verdict")
-        self.code = w.Output()
-        self.output = w.Output()
-        self.output.add_class("lab-card")
-        self.compare = w.Output()
-        self.live = LiveView()
-        # your own code
-        self.user_code = w.Textarea(
-            value="",
-            placeholder="paste a script with a Dataset and a DataLoader loop",
-            layout=w.Layout(width="95%", height="220px"),
-        )
-        self.user_path = w.Text(
-            value="", placeholder="or the path of a .py file", description="File", layout=wide, style=_WIDE
-        )
-        self.user_button = w.Button(
-            description="Run my code", button_style="primary", icon="play", layout=w.Layout(width="auto")
-        )
-        self.user_button.add_class("lab-run-mine")
-        # the class sheet
-        self.score = w.HTML()
-        self.export_path = w.Text(
-            value="lab_answers.csv", description="Export to", style=_WIDE, layout=w.Layout(width="60%")
-        )
-        self.export_button = w.Button(description="Export answers", icon="download", layout=w.Layout(width="auto"))
-        self.answers: list = []
+        self.deal = game.deal(SCENARIOS, learner)
+        self.sheet = game.ClassSheet()
+        self.revealed: set = set()  # scenario ids this learner has revealed
         self.last: Optional[RunResult] = None
         self.results: dict = {}
+        self.pending: Optional[dict] = None  # the last run of a hidden case, waiting for its reveal
+        self._defaults: dict = {}
+        self._run_lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
-
+        build_widgets(self, game.prediction_options(CAUSES, CATALOGUE), _SHARING)
+        self.learner.value = learner
+        self.scenario.options = self._scenario_options()
+        self.scenario.value = self.scenario.options[0][1] if scenario is None else (
+            self.deal.case_of(scenario) if mystery else scenario)
+        self.which.value = which
         self.scenario.observe(self._on_scenario, names="value")
         self.which.observe(self._on_scenario, names="value")
+        self.learner.observe(self._on_learner, names="value")
         self.show_code.observe(lambda _change: self._render_code(), names="value")
         self.button.on_click(lambda _b: self.start())
+        self.reveal_button.on_click(lambda _b: self.reveal())
         self.compare_button.on_click(lambda _b: self.start(compare=True))
         self.user_button.on_click(lambda _b: self.start(own=True))
+        self.try_button.on_click(lambda _b: self.start(challenge=True))
+        self.challenge.observe(lambda _c: self._render_challenge(), names="value")
         self.export_button.on_click(lambda _b: self._export_clicked())
+        build_layout(self)
         self._on_scenario()
         self._render_score()
 
-        scenario_tab = w.VBox(
-            [
-                self.scenario,
-                self.which,
-                self.knob_box,
-                w.HBox([self.prediction, self.learner]),
-                w.HBox([self.button, self.compare_button, self.show_code]),
-                self.code,
-            ]
-        )
-        own_tab = w.VBox(
-            [
-                w.HTML(
-                    "Paste a script (it runs as <code>python script.py</code>, isolated, with "
-                    "the start method and limits below) or give a file path."
-                ),
-                self.user_code,
-                self.user_path,
-                w.HBox(
-                    [self.start_method, self.timeout, self.memory_budget, self.nofile],
-                    layout=w.Layout(flex_flow="row wrap"),
-                ),
-                self.user_button,
-            ]
-        )
-        class_tab = w.VBox([self.score, w.HBox([self.export_path, self.export_button])])
-        self.tabs = w.Tab(children=[scenario_tab, own_tab, class_tab])
-        self.tabs.titles = ("Scenarios", "Your code", "Class")
-        self.widget = w.VBox([self.tabs, self.status, self.live.widget, self.verdict, self.output, self.compare])
-        self.widget.add_class("lab-root")
+    # ----------------------------------------------------------------- cases, scenario and knobs
+    def _scenario_options(self) -> list:
+        if self.mystery:
+            return [(case, case) for case in self.deal.cases]
+        return [(f"{s.id}: {s.title}", s.id) for s in self.scenarios.values()]
 
-    # ----------------------------------------------------------------- scenario and knobs
     @property
     def current(self):
-        return self.scenarios[self.scenario.value]
+        """The scenario behind the chosen case (or the chosen scenario, outside mystery mode)."""
+        value = self.scenario.value
+        return self.scenarios[self.deal.scenario_of(value) if self.mystery else value]
+
+    @property
+    def case(self) -> str:
+        """What the page calls the chosen scenario: its case name (mystery) or its id."""
+        return self.scenario.value
+
+    @property
+    def hidden(self) -> bool:
+        """True while the chosen case's identity must not reach the page."""
+        return self.mystery and self.current.id not in self.revealed
+
+    def _on_learner(self, _change=None) -> None:
+        """A new name deals the cases again, until the first answer (then the deal stays)."""
+        if self.sheet.answers or not self.mystery:
+            return
+        self.deal = game.deal(self.scenarios, self.learner.value)
+        self._on_scenario()
 
     def offered_knobs(self) -> tuple:
         """The knobs the chosen scenario declares (the registry), in the lab's order."""
@@ -207,6 +137,9 @@ class LabUI:
     def _on_scenario(self, _change=None) -> None:
         """Load the chosen scenario's own limits and its script's knob defaults into the widgets."""
         sc = self.current
+        if self.hidden and self.which.value != "broken":
+            self.which.value = "broken"  # observed: loads the broken version's values
+            return
         opts = sc.options(self.which.value)
         self.start_method.value = opts.start_method or "(script's)"
         self.timeout.value = opts.timeout or 60
@@ -223,15 +156,40 @@ class LabUI:
                 self.knob_widgets[name].value = defaults[name] == "1"
         if defaults.get("sharing_strategy") in _SHARING:
             self.sharing_strategy.value = defaults["sharing_strategy"]
-        self.knob_box.children = [self.knob_widgets[k] for k in self.offered_knobs()]
+        self._defaults = self.settings()
+        self.setup.value = html.escape(game.setup_text(opts.kwargs()))
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Show or hide what depends on the case being revealed (the learner's values stay as set)."""
+        hidden = self.hidden
+        self.knob_box.children = [] if hidden else [self.knob_widgets[k] for k in self.offered_knobs()]
+        self.which.disabled = self.compare_button.disabled = hidden
+        self.reveal_button.disabled = not (hidden and self.pending and self.pending["case"] == self.case)
         self._render_code()
+        self._render_challenge()
+
+    def _script_view(self) -> tuple:
+        """(name shown, text) of the chosen script: a hidden case shows its case file name only."""
+        path = self.current.path(self.which.value)
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        shown = self.case.lower().replace(" ", "_") + ".py" if self.hidden else os.path.basename(path)
+        return shown, text
 
     def _render_code(self) -> None:
-        self.code.clear_output()
+        self.code.outputs = ()  # (clear_output() only works inside a cell's execution)
         if self.show_code.value:
-            with open(self.current.path(self.which.value), encoding="utf-8") as fh:
-                text = fh.read()
-            self.code.append_stdout(text)  # works headless too, unlike `with self.code: print(...)`
+            name, text = self._script_view()
+            self.code.append_stdout(f"# {name}\n{text}")  # works headless too, unlike `with self.code: print()`
+
+    def settings(self) -> dict:
+        """Every offered knob's value as text (what a challenge compares with the case's defaults)."""
+        out = {}
+        for name in self.offered_knobs():
+            value = self.knob_widgets[name].value
+            out[name] = ("1" if value else "0") if isinstance(value, bool) else str(value).strip()
+        return out
 
     def knob_env(self) -> dict:
         """The LAB_* environment variables of the offered loader knobs (how they reach the script)."""
@@ -246,9 +204,7 @@ class LabUI:
     def options(self, which: Optional[str] = None) -> dict:
         """The run_isolated keyword arguments for the chosen scenario: its own limits, changed by the
         knobs it offers (raises IsolationError on bad input)."""
-        sc = self.current
-        which = which or self.which.value
-        base = sc.options(which)
+        base = self.current.options(which or self.which.value)
         offered = self.offered_knobs()
         kw = base.kwargs()
         if "start_method" in offered:
@@ -270,13 +226,36 @@ class LabUI:
         return kw
 
     # ----------------------------------------------------------------- running
-    def start(self, compare: bool = False, own: bool = False) -> bool:
-        """What the buttons do: the run goes in a background thread; False if one is already going."""
-        if self.busy:
-            self.status.value = "a run is already going: wait for its card"
-            return False
-        self._thread = threading.Thread(target=self._job, args=(compare, own), daemon=True, name="labutils-lab-run")
+    @property
+    def busy(self) -> bool:
+        return self._run_lock.locked()
+
+    def _set_busy(self, busy: bool) -> None:
+        for b in (self.button, self.user_button, self.try_button):
+            b.disabled = busy
+        self.compare_button.disabled = busy or self.hidden
+
+    def _guarded(self, fn, *args):
+        """Run ``fn`` unless another run is going (then one clear line in the status, and None)."""
+        if not self._run_lock.acquire(blocking=False):
+            self.status.value = _BUSY
+            return None
         self._set_busy(True)
+        try:
+            return fn(*args)
+        finally:
+            self._run_lock.release()
+            self._set_busy(False)
+
+    def start(self, compare: bool = False, own: bool = False, challenge: bool = False) -> bool:
+        """What the buttons do: the run goes in a background thread; False if one is already going."""
+        if not self._run_lock.acquire(blocking=False):
+            self.status.value = _BUSY
+            return False
+        self._set_busy(True)
+        job = self._run_own if own else self._run_compare if compare else \
+            self._try_challenge if challenge else self._run
+        self._thread = threading.Thread(target=self._job, args=(job,), daemon=True, name="labutils-lab-run")
         self._thread.start()
         return True
 
@@ -286,76 +265,141 @@ class LabUI:
             self._thread.join(timeout)
         return self.last
 
-    @property
-    def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _set_busy(self, busy: bool) -> None:
-        for b in (self.button, self.compare_button, self.user_button):
-            b.disabled = busy
-
-    def _job(self, compare: bool, own: bool) -> None:
+    def _job(self, job) -> None:
         try:
-            if own:
-                self.run_own()
-            elif compare:
-                self.run_compare()
-            else:
-                self.run()
+            job()
         except Exception as exc:  # noqa: BLE001 - shown in the status line; the kernel must not see it
-            self.status.value = f"<span style='color:#cf222e'>the lab failed: {html.escape(repr(exc))}</span>"
+            self.status.value = _red(f"the lab failed: {exc!r}")
         finally:
+            self._run_lock.release()
             self._set_busy(False)
 
-    def _isolated(self, title: str, **kw) -> RunResult:
-        """One isolated run with the live view following it."""
-        rec = self.live.start(title)
+    def run(self) -> Optional[RunResult]:
+        """Run the chosen case (blocking): the chart follows it; a hidden case is revealed only once a
+        prediction is recorded. Returns the RunResult (None on bad input or while another run goes)."""
+        return self._guarded(self._run)
+
+    def run_compare(self) -> dict:
+        """Broken, then fixed, with the same knobs, overlaid on the chart; the diff and both cards."""
+        return self._guarded(self._run_compare) or {}
+
+    def run_own(self) -> Optional[RunResult]:
+        """Run the pasted script (or the file named) isolated, with the same chart and card."""
+        return self._guarded(self._run_own)
+
+    def try_challenge(self) -> Optional[dict]:
+        """Run the chosen challenge's case with the knobs as set, and score the attempt."""
+        return self._guarded(self._try_challenge)
+
+    def _isolated(self, title: str, overlay: bool = False, **kw) -> tuple:
+        """One isolated run with the live chart following it: (result, chart snapshot)."""
+        limits = {k: kw.get(k) for k in ("memory_budget", "nofile", "shm_size")}
+        rec = self.live.start(title, limits=limits, overlay=overlay)
+        rec.private_shm = bool(kw.get("shm_size"))
         try:
-            return run_isolated(on_sample=rec.on_sample, on_event=rec.on_event, **kw)
+            return run_isolated(on_sample=rec.on_sample, on_event=rec.on_event, **kw), rec
         finally:
             self.live.stop()
 
-    def run(self) -> Optional[RunResult]:
-        """Run the chosen script isolated (blocking), with the live chart, the verdict on the learner's
-        guess and the card; returns the RunResult (None on bad input)."""
-        sc, which = self.current, self.which.value
-        self.output.clear_output()
-        self.compare.clear_output()
+    def _clear(self) -> None:
+        self.output.outputs = self.compare.outputs = self.printed.outputs = ()
         self.verdict.value = ""
+
+    def _guess(self) -> Optional[dict]:
+        """The learner's prediction as recorded now (None without one); bad numbers raise ValueError."""
+        if not self.prediction.value:
+            return None
+        return {"predicted": self.prediction.value,
+                "predicted_batches": game.parse_number(self.guess_batches.value, "Batches delivered"),
+                "predicted_shm_mib": game.parse_number(self.guess_shm.value, "/dev/shm peak (MiB)")}
+
+    def _run(self) -> Optional[RunResult]:
+        sc, which, case, hidden = self.current, self.which.value, self.case, self.hidden
+        self._clear()
         try:
+            guess = self._guess()
             opts = self.options()
-            self.status.value = f"running {sc.id} ({which})..."
-            result = self._isolated(f"{sc.id} ({which})", file=sc.path(which), **opts)
+            script = game.neutral_copy(sc.path(which), case) if hidden else sc.path(which)
+            title = case if hidden else f"{case} ({which})"
+            self.status.value = f"running {html.escape(title)}..."
+            try:
+                result, rec = self._isolated(title, file=script, **opts)
+            finally:
+                if hidden:
+                    game.remove_copy(script)
         except (IsolationError, ValueError) as exc:
-            self.status.value = f"<span style='color:#cf222e'>{html.escape(str(exc))}</span>"
+            self.status.value = _red(str(exc))
             return None
         self.last = result
-        self.status.value = (
-            f"{sc.id} ({which}): <b>{result.outcome}</b>, cause <code>{result.cause}</code> "
-            f"(expected for the broken run: {sc.expected}) in {result.wall_time:.1f} s"
-        )
-        self._judge(result, sc.id, which)
-        self.output.append_display_data(result)
+        numbers = game.observed_numbers(result, rec.snapshot())
+        self.pending = {"case": case, "scenario": sc.id, "result": result, "numbers": numbers, "seen": False}
+        if hidden and guess is None:
+            tail = "\n".join(result.stderr.strip().splitlines()[-12:])
+            self.printed.append_stdout(f"what {case} printed last (stderr):\n{tail or '(nothing)'}\n")
+            self.pending["seen"] = True
+            self.reveal_button.disabled = False
+            self.status.value = (f"{case} ended after {result.wall_time:.1f} s: "
+                                 f"{_OUTCOME_WORDS.get(result.outcome, result.outcome)}. Read what it printed, "
+                                 "pick your prediction, then press <b>Reveal</b>.")
+            return result
+        self._reveal(guess)
         return result
 
-    def run_compare(self) -> dict:
-        """Broken, then fixed, with the same knobs; the diff of the two scripts and both cards."""
+    def reveal(self) -> bool:
+        """Record the prediction for the last run of the chosen case and reveal it (False if not yet)."""
+        p = self.pending
+        if p is None or p["case"] != self.case or not self.prediction.value:
+            self.status.value = "run the case first, then pick your prediction and press Reveal"
+            return False
+        try:
+            guess = self._guess()
+        except ValueError as exc:
+            self.status.value = _red(str(exc))
+            return False
+        self._reveal(guess)
+        return True
+
+    def _reveal(self, guess: Optional[dict]) -> None:
+        p, sc = self.pending, self.scenarios[self.pending["scenario"]]
+        result = p["result"]
+        scored = guess is not None and sc.id not in self.revealed
+        answer = game.Answer(learner=self.learner.value.strip(), case=p["case"], **(guess or {"predicted": ""}))
+        answer.scenario, answer.diagnosed, answer.revealed = sc.id, result.diagnosis.cause, True
+        answer.correct = guess is not None and guess["predicted"] == result.diagnosis.cause
+        answer.observed_batches, answer.observed_shm_mib = p["numbers"]["batches"], p["numbers"]["shm_mib"]
+        answer.notebook = sc.notebook
+        if scored:
+            self.sheet.answers.append(answer)
+            self.prediction.value = ""
+        self.revealed.add(sc.id)
+        self.pending = None
+        self.reveal_button.disabled = True
+        note = "" if scored else "<br><i>(not scored: no prediction, or the case was already revealed)</i>"
+        self.verdict.value = game.reveal_html(answer, sc, result.diagnosis) + note
+        self.status.value = (f"{html.escape(p['case'])} ({html.escape(sc.id)}): <b>{result.outcome}</b>, cause "
+                             f"<code>{html.escape(result.cause)}</code> (expected for the broken run: "
+                             f"{html.escape(sc.expected)}) in {result.wall_time:.1f} s")
+        self.output.append_display_data(result)
+        self._refresh()
+        self._render_score()
+
+    def _run_compare(self) -> dict:
         import ipywidgets as w
 
         sc = self.current
-        self.output.clear_output()
-        self.compare.clear_output()
-        self.verdict.value = ""
+        if self.hidden:
+            self.status.value = "reveal this case first: Broken vs fixed shows its answer"
+            return {}
+        self._clear()
         results = {}
         try:
-            for which in ("broken", "fixed"):
+            for i, which in enumerate(("broken", "fixed")):
                 self.status.value = f"running {sc.id} ({which}) for the comparison..."
-                results[which] = self._isolated(f"{sc.id} ({which})", file=sc.path(which), **self.options(which))
+                results[which], _ = self._isolated(which, overlay=i > 0, file=sc.path(which), **self.options(which))
         except (IsolationError, ValueError) as exc:
-            self.status.value = f"<span style='color:#cf222e'>{html.escape(str(exc))}</span>"
+            self.status.value = _red(str(exc))
             return results
-        self.results = results
-        self.last = results["fixed"]
+        self.results, self.last = results, results["fixed"]
         cards = []
         for which, r in results.items():
             out = w.Output(layout=w.Layout(width="50%"))
@@ -364,17 +408,12 @@ class LabUI:
             cards.append(out)
         self.compare.append_display_data(w.HTML(script_diff_html(sc.path("broken"), sc.path("fixed"))))
         self.compare.append_display_data(w.HBox(cards))
-        self.status.value = (
-            f"{sc.id}: broken -> <code>{results['broken'].cause}</code>, fixed -> <b>{results['fixed'].outcome}</b>"
-        )
-        self._judge(results["broken"], sc.id, "broken")
+        self.status.value = (f"{sc.id}: broken -> <code>{results['broken'].cause}</code>, "
+                             f"fixed -> <b>{results['fixed'].outcome}</b>")
         return results
 
-    def run_own(self) -> Optional[RunResult]:
-        """Run the pasted script (or the file named) isolated, with the same live view and card."""
-        self.output.clear_output()
-        self.compare.clear_output()
-        self.verdict.value = ""
+    def _run_own(self) -> Optional[RunResult]:
+        self._clear()
         code, path = self.user_code.value, self.user_path.value.strip()
         try:
             if code.strip() and path:
@@ -386,94 +425,94 @@ class LabUI:
             nofile = self.nofile.value.strip()
             if nofile and not nofile.isdigit():
                 raise IsolationError(f"Open files limit: {nofile!r} is not a whole number; give e.g. 128")
-            kw = {
-                "start_method": None if self.start_method.value.startswith("(") else self.start_method.value,
-                "timeout": float(self.timeout.value),
-                "memory_budget": self.memory_budget.value.strip() or None,
-                "shm_size": self.shm_size.value.strip() or None,
-                "nofile": int(nofile) if nofile else None,
-            }
+            kw = {"start_method": None if self.start_method.value.startswith("(") else self.start_method.value,
+                  "timeout": float(self.timeout.value), "memory_budget": self.memory_budget.value.strip() or None,
+                  "shm_size": self.shm_size.value.strip() or None, "nofile": int(nofile) if nofile else None}
             kw.update({"file": path} if path else {"code": code})
             self.status.value = "running your code..."
-            result = self._isolated(os.path.basename(path) if path else "your code", **kw)
+            result, _ = self._isolated(os.path.basename(path) if path else "your code", **kw)
         except (IsolationError, ValueError) as exc:
-            self.status.value = f"<span style='color:#cf222e'>{html.escape(str(exc))}</span>"
+            self.status.value = _red(str(exc))
             return None
         self.last = result
         self.status.value = f"your code: <b>{result.outcome}</b>, cause <code>{result.cause}</code>"
-        self._judge(result, "own code", "own")
+        self.verdict.value = (f"The diagnosis: <code>{html.escape(result.diagnosis.cause)}</code>. What decided it:"
+                              + "".join(f"<li>{html.escape(str(e))}</li>" for e in result.diagnosis.evidence[:4]))
         self.output.append_display_data(result)
         return result
 
-    # ----------------------------------------------------------------- predict, then run
-    def _judge(self, result: RunResult, scenario: str, which: str) -> None:
-        guess = self.prediction.value
-        d = result.diagnosis
-        evidence = "".join(f"<li>{html.escape(str(e))}</li>" for e in list(d.evidence)[:4])
-        head = f"The diagnosis: <code>{html.escape(d.cause)}</code> ({d.confidence} confidence)"
-        if guess:
-            right = guess == d.cause
-            self.answers.append(
-                {
-                    "learner": self.learner.value.strip(),
-                    "scenario": scenario,
-                    "version": which,
-                    "predicted": guess,
-                    "diagnosed": d.cause,
-                    "correct": right,
-                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                }
-            )
-            mark = (
-                "<b style='color:#1a7f37'>right</b>"
-                if right
-                else f"<b style='color:#cf222e'>not quite</b> (you said <code>{html.escape(guess)}</code>)"
-            )
-            head = f"You expected <code>{html.escape(guess)}</code>: {mark}. " + head
-            self.prediction.value = ""
-            self._render_score()
-        self.verdict.value = f"<div>{head}. What decided it:<ul style='margin:2px 0'>{evidence}</ul></div>"
+    # ----------------------------------------------------------------- challenges
+    def _challenge_case(self, ch) -> str:
+        return self.deal.case_of(ch.scenario) if self.mystery else ch.scenario
+
+    def _render_challenge(self) -> None:
+        ch = CHALLENGES.get(self.challenge.value)
+        if ch is None or ch.scenario not in self.scenarios:
+            self.challenge_text.value = ""
+            return
+        case = self._challenge_case(ch)
+        if self.mystery and ch.scenario not in self.revealed:
+            self.challenge_text.value = f"Locked: reveal {case} first (this challenge is about it)."
+            return
+        lack = missing_capability(ch)
+        self.challenge_text.value = html.escape(ch.describe(case)) + (f"<br>{_red(lack)}" if lack else "") + (
+            f"<br>Open {case} in the {self.tabs.titles[0]} tab, set the knobs, then press <b>Try</b>.")
+
+    def _try_challenge(self) -> Optional[dict]:
+        ch = CHALLENGES.get(self.challenge.value)
+        if ch is None:
+            self.status.value = "pick a challenge first"
+            return None
+        case = self._challenge_case(ch)
+        lack = missing_capability(ch)
+        if (self.mystery and ch.scenario not in self.revealed) or lack or self.current.id != ch.scenario:
+            where = f"open {case} in the {self.tabs.titles[0]} tab (revealed) to try this challenge"
+            self.status.value = _red(lack or where)
+            return None
+        self._clear()
+        settings, defaults = self.settings(), dict(self._defaults)
+        try:
+            self.status.value = f"challenge on {html.escape(case)}: running..."
+            result, _ = self._isolated(f"{case}: challenge", file=self.current.path("broken"),
+                                       **self.options("broken"))
+        except (IsolationError, ValueError) as exc:
+            self.status.value = _red(str(exc))
+            return None
+        self.last = result
+        attempt = score_attempt(ch, settings, defaults, result, self.learner.value.strip(), case)
+        self.sheet.attempts.append(attempt)
+        verdict = (f"counted, score {attempt['score']:g}" if attempt["counted"] and attempt["success"]
+                   else f"not scored: {attempt['why']}")
+        self.status.value = f"challenge on {html.escape(case)}: {result.outcome}; {html.escape(verdict)}"
+        self._render_score()
+        return attempt
+
+    # ----------------------------------------------------------------- the class sheet
+    @property
+    def answers(self) -> list:
+        return self.sheet.answers
 
     @property
     def correct(self) -> int:
-        return sum(1 for a in self.answers if a["correct"])
+        return self.sheet.correct
 
     def _render_score(self) -> None:
-        rows = "".join(
-            f"<tr><td>{html.escape(a['learner'])}</td><td>{a['scenario']}</td><td>{a['predicted']}</td>"
-            f"<td>{a['diagnosed']}</td><td>{'yes' if a['correct'] else 'no'}</td></tr>"
-            for a in self.answers
-        )
-        self.score.value = f"<b>Score: {self.correct} of {len(self.answers)}</b> predictions right" + (
-            f"<table><tr><th>name</th><th>scenario</th><th>expected</th><th>diagnosed</th>"
-            f"<th>right</th></tr>{rows}</table>"
-            if rows
-            else ""
-        )
+        self.score.value = self.sheet.html()
 
     def export_answers(self, path: str) -> str:
-        """Write the answers to ``path`` (``.json``: a list of objects; otherwise CSV); returns the path."""
-        path = os.path.abspath(os.path.expanduser(path))
-        fields = ["learner", "scenario", "version", "predicted", "diagnosed", "correct", "time"]
-        if path.endswith(".json"):
-            with open(path, "w", encoding="utf-8") as fh:
-                json.dump(self.answers, fh, indent=2)
-        else:
-            with open(path, "w", encoding="utf-8", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=fields)
-                writer.writeheader()
-                writer.writerows(self.answers)
-        return path
+        """Write the class sheet to ``path`` (``.json``: predictions, challenges, best; otherwise CSV)."""
+        return self.sheet.export(path)
 
     def _export_clicked(self) -> None:
         try:
             where = self.export_answers(self.export_path.value.strip() or "lab_answers.csv")
         except OSError as exc:
-            self.status.value = f"<span style='color:#cf222e'>export failed: {html.escape(str(exc))}</span>"
+            self.status.value = _red(f"export failed: {exc}")
             return
-        self.status.value = f"{len(self.answers)} answers written to <code>{html.escape(where)}</code>"
+        self.status.value = (f"{len(self.sheet.answers)} predictions and {len(self.sheet.attempts)} challenge "
+                             f"attempts written to <code>{html.escape(where)}</code>")
 
 
-def lab(scenario: str = "worker_exception", which: str = "broken"):
+def lab(scenario: Optional[str] = None, which: str = "broken", mystery: bool = True, learner: str = ""):
     """Build the interactive lab and return its widget (display it, or leave it last in a cell)."""
-    return LabUI(scenario, which).widget
+    return LabUI(scenario, which, mystery=mystery, learner=learner).widget

@@ -1,0 +1,97 @@
+"""Challenges with a target, played once a case is revealed, scored on the class sheet.
+
+A challenge fixes a scenario, the settings that must stay as they are, the knobs a learner may turn,
+and what is scored: one knob's value (the largest ``batch_size`` that survives an 8 MiB /dev/shm, the
+smallest ``nofile`` that lets ``fd_limit`` broken finish) or the number of knobs changed (the fewest
+changes that make ``oom_killed`` finish under its budget). An attempt counts only when the run kept the
+fixed settings and changed nothing else; it scores only when the run finished (``outcome == "ok"``).
+A challenge that needs a capability this machine lacks (a private /dev/shm needs a mount namespace)
+says so and is not scored: nothing is faked.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+__all__ = ["CHALLENGES", "Challenge", "missing_capability", "score_attempt"]
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """One target. ``knob`` is the knob whose value is the score (None: the count of knobs changed)."""
+
+    id: str
+    scenario: str
+    text: str
+    goal: str  # "max" or "min"
+    knob: Optional[str] = None
+    keep: dict = field(default_factory=dict)  # settings that must have these values (None: the case's own)
+    free: tuple = ()  # knobs that may change; () with knob=None: every offered knob but those in keep
+    needs: Optional[str] = None  # a capability: "private_shm"
+
+    def describe(self, case: str) -> str:
+        better = "higher" if self.goal == "max" else "lower"
+        return f"{case}: {self.text} (the score is {self.knob or 'the number of knobs changed'}; {better} is better)"
+
+
+CHALLENGES: dict = {c.id: c for c in [
+    Challenge("shm_batch", "shm_exhausted",
+              "the largest batch_size that survives an 8 MiB /dev/shm; change batch_size only",
+              goal="max", knob="batch_size", keep={"shm_size": "8M"}, free=("batch_size",), needs="private_shm"),
+    Challenge("oom_fewest", "oom_killed",
+              "make the run finish under its memory budget with the fewest knob changes; the budget stays",
+              goal="min", keep={"memory_budget": None}),
+    Challenge("fd_nofile", "fd_limit",
+              "the smallest open files limit that lets the script finish as written; change the limit only",
+              goal="min", knob="nofile", free=("nofile",)),
+]}
+
+
+def missing_capability(challenge: Challenge) -> Optional[str]:
+    """Why this machine cannot score the challenge (probed by trying), or None when it can."""
+    if challenge.needs == "private_shm":
+        from ..runner.isolate import private_shm_support
+
+        prefix, reason = private_shm_support()
+        if prefix is None:
+            return f"cannot be scored on this machine: it needs a private /dev/shm, and {reason}"
+    return None
+
+
+def _same(a, b) -> bool:
+    return str(a).strip().upper() == str(b).strip().upper()
+
+
+def score_attempt(challenge: Challenge, settings: dict, defaults: dict, result, learner: str = "",
+                  case: str = "") -> dict:
+    """The attempt's record: what changed, whether it counts, whether it finished, and its score."""
+    changed = {k: v for k, v in settings.items() if not _same(v, defaults.get(k, ""))}
+    why = ""
+    for name, value in challenge.keep.items():
+        value = defaults.get(name, "") if value is None else value
+        if not _same(settings.get(name, ""), value):
+            why = f"{name} must stay {value}"
+    free = challenge.free or tuple(k for k in settings if k not in challenge.keep)
+    extra = sorted(set(changed) - set(free))
+    if extra and not why:
+        why = f"only {', '.join(free)} may change; you also changed {', '.join(extra)}"
+    if result.outcome == "unsupported":
+        why = f"cannot be scored on this machine: {result.reason}"
+    success = result.outcome == "ok"
+    if challenge.knob is None:
+        score = len(changed)
+    else:
+        try:
+            score = float(settings.get(challenge.knob) or "nan")
+        except ValueError:
+            score = float("nan")
+        if score != score:
+            why = why or f"{challenge.knob} must be set to a number"
+    counted = not why
+    if counted and not success:
+        why = f"the run did not finish ({result.outcome}, {result.cause})"
+    return {"learner": learner, "challenge": challenge.id, "case": case, "knobs": dict(settings),
+            "changed": dict(changed), "score": score, "success": success, "counted": counted, "why": why,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
