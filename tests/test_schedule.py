@@ -137,7 +137,8 @@ def _run_leaker(pytester, monkeypatch, strip_env: bool):
 def test_a_semaphore_left_by_the_sessions_process_fails_the_session_with_its_name(pytester, monkeypatch):
     result, name = _run_leaker(pytester, monkeypatch, strip_env=False)
     assert result.ret == 1, result.stdout.str()
-    result.stdout.fnmatch_lines([f"/dev/shm/{name}: made by pid * (*python -c import multiprocessing*), during test_leak.py::test_leak (call)",
+    result.stdout.fnmatch_lines([f"/dev/shm/{name}: made by pid * (*python -c import multiprocessing*), "
+                                 "during test_leak.py::test_leak (call)",
                                  "labutils: 1 file(s) made by this session's processes are still there*"])
 
 
