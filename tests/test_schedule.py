@@ -146,3 +146,25 @@ def test_a_neighbours_semaphore_is_not_blamed(pytester, monkeypatch):
     result, name = _run_leaker(pytester, monkeypatch, strip_env=True)
     assert result.ret == 0, result.stdout.str()
     assert name not in result.stdout.str()
+
+
+def test_a_notebook_kernel_is_stopped_as_jupyter_does_so_its_semaphores_go(pytester, monkeypatch):
+    """nbval kills each kernel's process group (its resource tracker too): a spawn Lock the notebook still
+    holds stayed in /dev/shm (notebook 08 left 11 a pass so). The plugin stops kernels with a shutdown
+    request first; the kernel's finalizers unlink the name, and the session's check finds nothing."""
+    monkeypatch.delenv("LABUTILS_SESSION_LEDGER", raising=False)
+    monkeypatch.delenv("LABUTILS_SHM_LEDGER", raising=False)
+    monkeypatch.setenv("PYTHONPATH", ROOT)
+    nb = json.loads(json.dumps(TINY_NOTEBOOK))
+    nb["cells"][0]["source"] = ("import multiprocessing\nlock = multiprocessing.get_context('spawn').Lock()\n"
+                                "open('held.txt', 'w').write('sem.' + lock._semlock.name.lstrip('/'))")
+    nb["cells"][1]["source"] = "assert lock.acquire(timeout=1)"
+    pytester.makefile(".ipynb", held=json.dumps(nb))
+    result = pytester.runpytest_subprocess("-p", "labutils.testing.pytest_plugin", "-p", "no:cacheprovider",
+                                           "--nbval-lax", "held.ipynb")
+    name = (pytester.path / "held.txt").read_text().strip()
+    assert name.startswith("sem.mp-"), name
+    gone = not os.path.exists(os.path.join("/dev/shm", name))
+    if not gone:  # the test's own notebook made it: remove it before failing
+        os.unlink(os.path.join("/dev/shm", name))
+    assert result.ret == 0 and gone, result.stdout.str()

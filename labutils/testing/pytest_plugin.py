@@ -81,12 +81,37 @@ def pytest_configure(config) -> None:
         os.environ[startmethod.ENV] = method  # inherited by every kernel and isolated run
     startmethod.apply_requested()
     config._lab_also = _also_methods(config)
+    _stop_kernels_as_jupyter_does()
     config._lab_leaks = None
     nested = leaks.LEDGER_ENV in os.environ  # a pytest inside the suite: the outer session checks its files
     if not hasattr(config, "workerinput") and not nested and not config.getoption("--lab-no-leak-check"):
         config._lab_leaks = leaks.Session.start()
         config._lab_leaks.environ(os.environ)  # inherited by xdist workers, kernels and runs
         leaks.watch_this_process()
+
+
+def _stop_kernels_as_jupyter_does() -> None:
+    """nbval stops each notebook's kernel with ``shutdown_kernel(now=True)``: a SIGKILL to the kernel's
+    process group, the kernel's resource tracker included, so nothing the kernel still holds is cleaned
+    up. A notebook that keeps a spawn or forkserver DataLoader iterator alive (an exception's traceback is
+    enough) then leaves its named semaphores in /dev/shm: 11 for one worker (notebook 08 did, once per
+    pass). Jupyter's own "Shut down" and "Restart" ask the kernel first and kill it only if it does not
+    exit; the suite's kernels now stop that way, so their atexit handlers (multiprocessing's finalizers)
+    run as they would for a learner."""
+    try:
+        from nbval import kernel
+    except ImportError:
+        return
+    if getattr(kernel.RunningKernel.stop, "_labutils_graceful", False):
+        return
+
+    def stop(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=False)  # a shutdown request; SIGKILL only after shutdown_wait_time
+        del self.km
+
+    stop._labutils_graceful = True
+    kernel.RunningKernel.stop = stop
 
 
 @pytest.hookimpl(trylast=True)
