@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 from labutils.testing.xdist_schedule import DURATIONS, load_durations, split_scope
 
@@ -92,9 +93,10 @@ def test_the_repository_asks_for_one_pass_and_ci_for_the_matrix():
 
 # --------------------------------------------------------------------------- the session's leftovers
 LEAKER = """
-import multiprocessing, os, signal, sys
+import multiprocessing, os, signal, sys, tempfile
 lock = multiprocessing.get_context("spawn").Lock()  # a named semaphore, registered with a resource tracker
 print("sem." + lock._semlock.name.lstrip("/"), flush=True)
+print(tempfile.mkdtemp(prefix="lab-leak-test-"), flush=True)  # a temporary folder nobody removes
 os.killpg(0, signal.SIGKILL)  # the process and its resource tracker die: nobody unlinks the name
 """
 
@@ -105,7 +107,7 @@ def _leak_test(strip_env: bool) -> str:
 
         def test_leak():
             env = dict(os.environ)
-            if {strip_env!r}:  # a neighbour: a process that is not below this session
+            if {strip_env!r}:  # a neighbour, simulated: started without the session's variables, as an outsider is
                 env.pop("LABUTILS_SESSION_LEDGER", None)
                 env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                                     if not p.endswith("_site"))
@@ -122,30 +124,32 @@ def _run_leaker(pytester, monkeypatch, strip_env: bool):
     monkeypatch.setenv("PYTHONPATH", ROOT)
     pytester.makepyfile(test_leak=_leak_test(strip_env))
     result = pytester.runpytest_subprocess("-p", "labutils.testing.pytest_plugin", "-p", "no:cacheprovider")
-    name = (pytester.path / "leaked.txt").read_text().strip()
-    assert name.startswith("sem.mp-"), name
+    name, folder = (pytester.path / "leaked.txt").read_text().split()
+    assert name.startswith("sem.mp-") and os.path.basename(folder).startswith("lab-leak-test-"), (name, folder)
     try:
         assert os.path.exists(os.path.join("/dev/shm", name)), "the leaker did not leak: the test proves nothing"
     finally:
-        try:  # the test made it (its name came back from its own child): remove it
+        try:  # the test made them (their names came back from its own child): remove them
             os.unlink(os.path.join("/dev/shm", name))
         except FileNotFoundError:
             pass
-    return result, name
+        shutil.rmtree(folder, ignore_errors=True)
+    return result, name, folder
 
 
 def test_a_semaphore_left_by_the_sessions_process_fails_the_session_with_its_name(pytester, monkeypatch):
-    result, name = _run_leaker(pytester, monkeypatch, strip_env=False)
+    result, name, folder = _run_leaker(pytester, monkeypatch, strip_env=False)
     assert result.ret == 1, result.stdout.str()
-    result.stdout.fnmatch_lines([f"/dev/shm/{name}: made by pid * (*python -c import multiprocessing*), "
-                                 "during test_leak.py::test_leak (call)",
-                                 "labutils: 1 file(s) made by this session's processes are still there*"])
+    result.stdout.fnmatch_lines_random([f"/dev/shm/{name}: made by pid * (*python -c import multiprocessing*), "
+                                        "during test_leak.py::test_leak (call)",
+                                        f"{folder}: made by pid *, during test_leak.py::test_leak (call)",
+                                        "labutils: 2 file(s) made by this session's processes are still there*"])
 
 
 def test_a_neighbours_semaphore_is_not_blamed(pytester, monkeypatch):
-    result, name = _run_leaker(pytester, monkeypatch, strip_env=True)
+    result, name, folder = _run_leaker(pytester, monkeypatch, strip_env=True)
     assert result.ret == 0, result.stdout.str()
-    assert name not in result.stdout.str()
+    assert name not in result.stdout.str() and folder not in result.stdout.str()
 
 
 def test_a_notebook_kernel_is_stopped_as_jupyter_does_so_its_semaphores_go(pytester, monkeypatch):
