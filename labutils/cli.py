@@ -1,7 +1,7 @@
-"""``python -m labutils COMMAND``: doctor, diagnose, tour, run, cheatsheet (argparse subcommands).
+"""``python -m labutils COMMAND``: doctor, preflight, diagnose, tour, run, cheatsheet (argparse subcommands).
 
-Each subcommand keeps its own parser (``doctor_main``, ``diagnose_main``, ``tour_main``, ``run_main``);
-this one picks the command and hands it the rest of the command line, so ``python -m labutils
+Each subcommand keeps its own parser (``doctor_main``, ``preflight_main``, ``diagnose_main``, ``tour_main``,
+``run_main``); this one picks the command and hands it the rest of the command line, so ``python -m labutils
 COMMAND --help`` shows that command's options and ``diagnose`` can pass everything after SCRIPT to
 the script untouched.
 """
@@ -17,6 +17,8 @@ COMMANDS = {
     "run": "one scenario (run SCENARIO), broken then fixed, with the full evidence",
     "diagnose": "run a training script or notebook isolated and name the cause of its crash",
     "doctor": "check this machine for multi-process data loading",
+    "preflight": "an attendee's check (about a minute): the doctor, one real run per failure family, a kernel, "
+                 "and which notebooks this machine can show",
     "cheatsheet": "print the error text -> cause -> fix table (Markdown) from the cause catalogue",
 }
 
@@ -47,6 +49,10 @@ def _dispatch(command: str, rest: list) -> int:
         from .diagnosis.cli import diagnose_main
 
         return diagnose_main(rest)
+    if command == "preflight":
+        from .diagnosis.preflight import preflight_main
+
+        return preflight_main(rest)
     if command == "cheatsheet":
         from .diagnosis.cheatsheet import cheatsheet_main
 

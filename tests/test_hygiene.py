@@ -71,6 +71,64 @@ def test_notebook_follows_the_skeleton(path):
     assert source(cells(path)[0]).startswith("# "), f"{path.name} must open with a title cell"
 
 
+MAX_CODE_LINES = 40
+LEARN_HEADING = "### You will learn"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
+def test_no_code_cell_is_over_40_lines(path):
+    """A learner reads a cell at a glance: a longer one is split, or its plumbing moves into labutils."""
+    long = [(i, len(source(c).splitlines())) for i, c in enumerate(cells(path))
+            if c["cell_type"] == "code" and len(source(c).splitlines()) > MAX_CODE_LINES]
+    assert not long, f"{path.name}: code cells over {MAX_CODE_LINES} lines (cell index, lines): {long}"
+
+
+def learn_bullets(text: str):
+    """The bullets under ``### You will learn`` in ``text``, or None without that heading: every line
+    after the heading (blank lines right after it skipped) up to a blank line or the end of the cell."""
+    lines = text.splitlines()
+    if LEARN_HEADING not in [ln.rstrip() for ln in lines]:
+        return None
+    rest = lines[[ln.rstrip() for ln in lines].index(LEARN_HEADING) + 1:]
+    while rest and not rest[0].strip():
+        rest = rest[1:]
+    block = []
+    for line in rest:
+        if not line.strip():
+            break
+        block.append(line)
+    return block
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_opens_with_three_lines_of_what_you_will_learn(path):
+    """The title cell holds ``### You will learn`` and then exactly three one-line bullets (``- ...``)."""
+    first = cells(path)[0]
+    bullets = learn_bullets(source(first)) if first["cell_type"] == "markdown" else None
+    assert bullets is not None, f"{path.name}: the title cell has no line {LEARN_HEADING!r}"
+    assert len(bullets) == 3 and all(b.startswith("- ") and b[2:].strip() for b in bullets), (
+        f"{path.name}: {LEARN_HEADING!r} is followed by exactly three one-line bullets '- ...', "
+        f"then a blank line or the end of the cell; found {bullets}")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_ends_with_a_summary_before_its_exercises(path):
+    """The lesson's last section is ``## Summary`` (with text), and only ``## Exercises`` comes after it."""
+    sections = []  # (heading, text of the section)
+    for c in cells(path):
+        for line in source(c).splitlines() if c["cell_type"] == "markdown" else []:
+            if line.startswith("## "):
+                sections.append([line.strip(), ""])
+            elif sections:
+                sections[-1][1] += line.strip()
+        if c["cell_type"] == "code" and sections:
+            sections[-1][1] += source(c).strip()
+    names = [h for h, _ in sections]
+    assert names[-2:] == ["## Summary", "## Exercises"], (
+        f"{path.name}: the last two sections must be '## Summary' then '## Exercises'; they are {names[-2:]}")
+    assert sections[-2][1], f"{path.name}: '## Summary' is empty"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_exercises_have_a_solutions_notebook(path):
     sol = ROOT / "notebooks" / "solutions" / f"{path.stem}_solutions.ipynb"
@@ -105,3 +163,11 @@ def test_ruff_is_clean():
         pytest.skip("ruff is not installed in this environment (it is in requirements.txt)")
     done = subprocess.run([ruff, "check", "--no-cache", str(ROOT)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_you_will_learn_form_reads_as_documented():
+    good = "# 05 · Title\n\nIntro.\n\n### You will learn\n\n- one\n- two\n- three\n\nMore text."
+    assert learn_bullets(good) == ["- one", "- two", "- three"]
+    assert learn_bullets("# T\n\n### You will learn\n- one\n  wrapped\n- two\n- three") == [
+        "- one", "  wrapped", "- two", "- three"]  # a wrapped bullet is a fourth line: rejected by the rule
+    assert learn_bullets("# T\n\nWhat you will do:\n- one") is None

@@ -15,12 +15,15 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
 def also_methods() -> tuple:
-    """The extra start methods of pyproject.toml (``lab_also_start_methods``): the scheduler's own split."""
+    """The extra start methods a report may hold: ``--lab-matrix``'s, and any of ``lab_also_start_methods``
+    in pyproject.toml (the scheduler's own split)."""
     import tomllib
+
+    from labutils.testing.pytest_plugin import MATRIX
 
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
         ini = tomllib.load(fh)["tool"]["pytest"]["ini_options"]
-    return tuple(ini.get("lab_also_start_methods", ()))
+    return tuple(dict.fromkeys([*MATRIX, *ini.get("lab_also_start_methods", ())]))
 
 
 def nodeid(classname: str, name: str) -> str:

@@ -3,10 +3,16 @@
 * ``--lab-start-method M`` runs the whole suite (the notebooks' kernels and every isolated run) under the
   default start method ``M`` (``fork``, ``forkserver`` or ``spawn``), through ``LABUTILS_START_METHOD``:
   this is how the lab is tested as Python 3.14 (forkserver) and macOS (spawn) see it.
-* ``--lab-also-start-method M`` (repeatable; the ``lab_also_start_methods`` ini value sets the default)
-  collects every notebook a second time, whose kernel and runs use the default ``M``, and gives tests
-  that take the ``lab_start_method`` fixture one more parameter. ``--lab-also-start-method none`` turns
-  the extra pass off.
+* plain ``pytest`` runs every test and every notebook and solution once, under this machine's default;
+* ``--lab-matrix`` adds a pass under ``forkserver`` (Python 3.14's Linux default, its fork server emulated
+  through the switch) and one under ``spawn`` (macOS): every notebook and solution again, and every test
+  that takes the ``lab_start_method`` fixture one more parameter per method (a method equal to the
+  main one is not run twice). ``.ci/run`` runs the matrix.
+* ``--lab-also-start-method M`` (repeatable, comma-separated; the ``lab_also_start_methods`` ini value
+  sets the default, none in this repository) adds the pass of one method; ``none`` adds nothing.
+* At the end of the session, every file that the session's own processes made in /dev/shm or /tmp and
+  left there fails the session, named with the process and the test that made it
+  (:mod:`labutils.testing.leaks`; ``--lab-no-leak-check`` turns it off).
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ import os
 import pytest
 
 from ..runner import startmethod
+from . import leaks
+
+#: the extra passes of ``--lab-matrix``: Python 3.14's Linux default, and macOS's
+MATRIX = ("forkserver", "spawn")
 
 
 def pytest_addoption(parser) -> None:
@@ -28,6 +38,11 @@ def pytest_addoption(parser) -> None:
     group.addoption("--lab-repeat", type=int, default=1, metavar="N",
                     help="run each scenario's broken script N times (the cause must not depend on timing); "
                          "1 by default, 3 for a nightly job")
+    group.addoption("--lab-matrix", action="store_true", default=False,
+                    help="also run every notebook, solution and start-method test under " + ", ".join(MATRIX)
+                         + " (what .ci/run runs)")
+    group.addoption("--lab-no-leak-check", action="store_true", default=False,
+                    help="do not fail the session for /dev/shm and /tmp files its processes left")
     parser.addini("lab_also_start_methods", "start methods for the extra notebook pass", type="args",
                   default=[])
 
@@ -38,7 +53,9 @@ def _main_method(config) -> str:
 
 def _also_methods(config) -> list:
     given = config.getoption("--lab-also-start-method")
-    values = given if given is not None else config.getini("lab_also_start_methods")
+    values = list(given if given is not None else config.getini("lab_also_start_methods"))
+    if config.getoption("--lab-matrix"):
+        values = [*MATRIX, *values]
     out = []
     for value in values:
         for item in str(value).split(","):
@@ -53,12 +70,85 @@ def _also_methods(config) -> list:
     return out
 
 
+_SESSION_ENV = (startmethod.ENV, leaks.LEDGER_ENV, leaks.RUNNER_LEDGER_ENV, "PYTHONPATH")
+
+
 def pytest_configure(config) -> None:
+    # what unconfigure puts back (a pytest run in-process by pytester must not change its caller's defaults)
+    config._lab_restore = ({k: os.environ.get(k) for k in _SESSION_ENV}, startmethod.current())
     method = config.getoption("--lab-start-method")
     if method:
         os.environ[startmethod.ENV] = method  # inherited by every kernel and isolated run
     startmethod.apply_requested()
     config._lab_also = _also_methods(config)
+    _stop_kernels_as_jupyter_does()
+    config._lab_leaks = None
+    nested = leaks.LEDGER_ENV in os.environ  # a pytest inside the suite: the outer session checks its files
+    if not hasattr(config, "workerinput") and not nested and not config.getoption("--lab-no-leak-check"):
+        config._lab_leaks = leaks.Session.start()
+        config._lab_leaks.environ(os.environ)  # inherited by xdist workers, kernels and runs
+        leaks.watch_this_process()
+
+
+def _stop_kernels_as_jupyter_does() -> None:
+    """nbval stops each notebook's kernel with ``shutdown_kernel(now=True)``: a SIGKILL to the kernel's
+    process group, the kernel's resource tracker included, so nothing the kernel still holds is cleaned
+    up. A notebook that keeps a spawn or forkserver DataLoader iterator alive (an exception's traceback is
+    enough) then leaves its named semaphores in /dev/shm: 11 for one worker (notebook 08 did, once per
+    pass). Jupyter's own "Shut down" and "Restart" ask the kernel first and kill it only if it does not
+    exit; the suite's kernels now stop that way, so their atexit handlers (multiprocessing's finalizers)
+    run as they would for a learner."""
+    try:
+        from nbval import kernel
+    except ImportError:
+        return
+    if getattr(kernel.RunningKernel.stop, "_labutils_graceful", False):
+        return
+
+    def stop(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=False)  # a shutdown request; SIGKILL only after shutdown_wait_time
+        del self.km
+
+    stop._labutils_graceful = True
+    kernel.RunningKernel.stop = stop
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus) -> None:
+    check = getattr(session.config, "_lab_leaks", None)
+    if check is None:
+        return
+    left = check.leftovers()
+    session.config._lab_left = left
+    if left and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    left = getattr(config, "_lab_left", None)
+    if not left:
+        return
+    terminalreporter.section("files this session left in /dev/shm and /tmp", red=True)
+    for item in left:
+        terminalreporter.line(item.line())
+    terminalreporter.line(f"labutils: {len(left)} file(s) made by this session's processes are still there; "
+                          "the session fails (--lab-no-leak-check to skip this check)", red=True)
+
+
+def pytest_unconfigure(config) -> None:
+    check = getattr(config, "_lab_leaks", None)
+    if check is not None:
+        check.close()
+        config._lab_leaks = None
+    saved, method = getattr(config, "_lab_restore", ({}, None))
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    if method is not None and startmethod.current() != method:
+        startmethod.set_default(method)
 
 
 def pytest_report_header(config) -> str:

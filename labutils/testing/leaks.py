@@ -1,0 +1,189 @@
+"""The session's own leftovers: files in /dev/shm and /tmp that this pytest session made and left.
+
+A file is blamed on the session only by identity, never because it is new: ``/dev/shm`` and ``/tmp`` are
+shared with every other user of the machine. The evidence, gathered while the session runs:
+
+* the session ledger written by every Python process below the session (``_site/sitecustomize.py``):
+  each process's pid and start time, each named semaphore it created (name and inode), each temporary
+  file or folder it made through :mod:`tempfile` (path and inode), each with the test then running;
+* the isolated runner's ledger (``LABUTILS_SHM_LEDGER``): the /dev/shm names each run created.
+
+At the end (:func:`leftovers`) an entry counts as the session's when it was not there at the start and
+is still there, and: it is a recorded semaphore or temporary path with the same inode, or a name the
+runner recorded as created by one of its runs, or a ``torch_<pid>_*`` segment whose ``<pid>`` is a
+recorded process of the session and whose inode changed after that process started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+SHM = "/dev/shm"
+LEDGER_ENV = "LABUTILS_SESSION_LEDGER"
+RUNNER_LEDGER_ENV = "LABUTILS_SHM_LEDGER"
+SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
+
+
+@dataclass
+class Leftover:
+    path: str
+    pid: Optional[int] = None
+    test: Optional[str] = None
+    cmd: str = ""
+
+    def line(self) -> str:
+        who = f"made by pid {self.pid}" if self.pid else "made by a run of the session"
+        if self.cmd:
+            who += f" ({self.cmd[:80]})"
+        return f"{self.path}: {who}" + (f", during {self.test}" if self.test else "")
+
+
+def _entries(folder: str) -> dict:
+    """``{name: inode}`` of the top-level entries of ``folder``."""
+    out = {}
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                try:
+                    out[entry.name] = entry.inode()
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return out
+
+
+def _read_jsonl(path: str) -> list:
+    records = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return records
+
+
+def _start_wall(ticks: Optional[int]) -> Optional[float]:
+    if ticks is None:
+        return None
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            boot = next(int(ln.split()[1]) for ln in fh if ln.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+@dataclass
+class Session:
+    """What /dev/shm and /tmp held when the session began, and where its processes write their records."""
+
+    folder: str
+    tmp: str = field(default_factory=tempfile.gettempdir)
+    before: dict = field(default_factory=dict)
+
+    @property
+    def ledger(self) -> str:
+        return os.path.join(self.folder, "session.jsonl")
+
+    @property
+    def runner_ledger(self) -> str:
+        return os.path.join(self.folder, "runs.jsonl")
+
+    @classmethod
+    def start(cls) -> "Session":
+        session = cls(folder=tempfile.mkdtemp(prefix="labutils-session-"))
+        session.before = {SHM: _entries(SHM), session.tmp: _entries(session.tmp)}
+        return session
+
+    def environ(self, env: dict) -> dict:
+        """The variables that make every process below record itself (``env`` is changed and returned)."""
+        env[LEDGER_ENV] = self.ledger
+        env.setdefault(RUNNER_LEDGER_ENV, self.runner_ledger)
+        parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if SITE not in parts:
+            env["PYTHONPATH"] = os.pathsep.join([*parts, SITE])
+        return env
+
+    def leftovers(self, wait: float = 6.0) -> list:
+        """The session's files still in /dev/shm and /tmp, waiting up to ``wait`` s for late unlinks (a
+        resource tracker, torch's shm manager and multiprocessing finalizers remove theirs on their own)."""
+        deadline = time.monotonic() + wait
+        while True:
+            found = self._find()
+            if not found or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.25)
+
+    def _find(self) -> list:
+        made, procs = {}, {}
+        for rec in _read_jsonl(self.ledger):
+            if rec.get("kind") == "process" and isinstance(rec.get("pid"), int):
+                procs.setdefault(rec["pid"], []).append(rec)
+            elif rec.get("kind") == "sem" and isinstance(rec.get("name"), str):
+                made[os.path.join(SHM, rec["name"])] = rec
+            elif rec.get("kind") == "tmp" and isinstance(rec.get("path"), str):
+                made[os.path.normpath(rec["path"])] = rec
+        by_runs = set()
+        ledger = os.environ.get(RUNNER_LEDGER_ENV) or self.runner_ledger
+        for rec in _read_jsonl(ledger) + _read_jsonl(self.runner_ledger):
+            by_runs.update(n for n in rec.get("created", []) if isinstance(n, str))
+        out = []
+        for folder in (SHM, self.tmp):
+            old = self.before.get(folder, {})
+            for name, ino in _entries(folder).items():
+                if old.get(name) == ino:
+                    continue
+                path = os.path.join(folder, name)
+                if path == self.folder:
+                    continue
+                hit = self._blame(path, name, ino, made, procs, by_runs if folder == SHM else set())
+                if hit is not None:
+                    out.append(hit)
+        return sorted(out, key=lambda x: x.path)
+
+    @staticmethod
+    def _blame(path, name, ino, made, procs, by_runs) -> Optional[Leftover]:
+        rec = made.get(path)
+        if rec is not None and rec.get("ino") in (None, ino):
+            proc = (procs.get(rec.get("pid")) or [{}])[-1]
+            return Leftover(path, rec.get("pid"), rec.get("test"), proc.get("cmd", ""))
+        if name in by_runs:
+            return Leftover(path)
+        parts = name.split("_")
+        if name.startswith("torch_") and len(parts) > 2 and parts[1].isdigit() and int(parts[1]) in procs:
+            try:
+                changed = os.stat(path).st_ctime
+            except OSError:
+                return None
+            for proc in procs[int(parts[1])]:
+                started = _start_wall(proc.get("ticks"))
+                if started is not None and changed >= started - 0.05:
+                    return Leftover(path, int(parts[1]), proc.get("test"), proc.get("cmd", ""))
+        return None
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def watch_this_process() -> None:
+    """Record this process the way ``_site/sitecustomize.py`` records every process started after it (a
+    pytest with ``-n 0`` runs its tests here, and it started before the session's variables were set)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("labutils_session_site", os.path.join(SITE, "sitecustomize.py"))
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)

@@ -1,0 +1,161 @@
+"""Stability benchmark: run every notebook and solution N times and count, per cell, how often it failed.
+
+    python tests/soak_notebooks.py --runs 5                          # every notebook and solution, fork
+    python tests/soak_notebooks.py --runs 5 --start-method forkserver
+    python tests/soak_notebooks.py --runs 2 notebooks/04_memory_and_oom.ipynb notebooks/07_*.ipynb
+
+Each run executes one notebook at a time, top to bottom, in a fresh Jupyter kernel (nbclient, in this
+process), with the notebook's folder as the working directory and ``LABUTILS_START_METHOD`` set for the
+kernel and every isolated run, as ``pytest --nbval-lax`` does. Cells marked ``# NBVAL_SKIP`` are not run;
+a cell marked ``# NBVAL_RAISES_EXCEPTION`` fails when it does *not* raise. A cell that raises is counted
+and the notebook goes on (as nbval does); a dead kernel or a cell over the timeout ends that run of that
+notebook. The report: per failing cell, how many runs it failed in and the first line of each distinct
+failure; then a total. Exit status 1 when any cell failed, 2 for bad options.
+
+Run it through the machine's CPU lock where others share the machine (``/work/tools/cpuslot``), and say
+"loaded machine" beside any figure taken that way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ("fork", "forkserver", "spawn")
+SKIP, RAISES = "# NBVAL_SKIP", "# NBVAL_RAISES_EXCEPTION"
+
+
+def default_notebooks() -> list:
+    folder = ROOT / "notebooks"
+    return sorted(folder.glob("[0-9][0-9]_*.ipynb")) + sorted((folder / "solutions").glob("*.ipynb"))
+
+
+def _marked(source: str, marker: str) -> bool:
+    return any(line.strip() == marker for line in source.splitlines())
+
+
+def _first_line(text: str) -> str:
+    for line in str(text).splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return ""
+
+
+def _error_of(cell) -> str:
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            return _first_line(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}")
+    return ""
+
+
+def run_once(path: Path, start_method: str, timeout: int) -> dict:
+    """Execute ``path`` once; ``{cell index: first line of its failure}`` (nbval's cell numbering)."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(str(path), as_version=4)
+    raises = set()
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if _marked(cell.source, SKIP):
+            cell.source = ""  # not run, as nbval skips it; the numbering stays
+        elif _marked(cell.source, RAISES):
+            raises.add(i)
+    os.environ["LABUTILS_START_METHOD"] = start_method  # the kernel and every run below it inherit it
+    client = NotebookClient(nb, timeout=timeout, allow_errors=True, interrupt_on_timeout=False,
+                            kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    failures, ended = {}, None
+    try:
+        client.execute()
+    except (CellTimeoutError, DeadKernelError, CellExecutionError, RuntimeError) as exc:
+        ended = f"{type(exc).__name__}: {_first_line(exc)}"
+    last_run = -1
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or not cell.source:
+            continue
+        if cell.get("execution_count") is not None or cell.get("outputs"):
+            last_run = i
+        error = _error_of(cell)
+        if i in raises:
+            if not error and cell.get("execution_count") is not None:
+                failures[i] = "expected an exception (NBVAL_RAISES_EXCEPTION); the cell raised none"
+        elif error:
+            failures[i] = error
+    if ended:
+        stuck = next((i for i, c in enumerate(nb.cells) if i > last_run and c.cell_type == "code" and c.source),
+                     last_run)
+        failures.setdefault(stuck, ended)
+    return failures
+
+
+def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout) -> int:
+    """Run each notebook ``runs`` times; print the table; the number of cells that failed at least once."""
+    counts = collections.Counter()
+    firsts = collections.defaultdict(list)
+    seconds = collections.defaultdict(list)
+    for run in range(1, runs + 1):
+        for path in paths:
+            t0 = time.monotonic()
+            failures = run_once(path, start_method, timeout)
+            seconds[path].append(time.monotonic() - t0)
+            for cell, line in failures.items():
+                counts[(path, cell)] += 1
+                if line not in firsts[(path, cell)]:
+                    firsts[(path, cell)].append(line)
+            mark = f"{len(failures)} failing cell(s)" if failures else "ok"
+            print(f"run {run}/{runs} {_name(path)}: {mark} ({seconds[path][-1]:.0f} s)", file=out, flush=True)
+    print(f"\nsoak: {runs} run(s) of {len(paths)} notebook(s) under {start_method}", file=out)
+    for path in paths:
+        bad = sorted(c for p, c in counts if p == path)
+        times = seconds[path]
+        print(f"  {_name(path)}: {len(bad)} failing cell(s); {min(times):.0f}-{max(times):.0f} s a run", file=out)
+        for cell in bad:
+            print(f"    cell {cell}: failed {counts[(path, cell)]}/{runs}", file=out)
+            for line in firsts[(path, cell)]:
+                print(f"      {line}", file=out)
+    total = len(counts)
+    print(f"total: {total} failing cell(s), {sum(counts.values())} failure(s) in {runs * len(paths)} "
+          f"notebook run(s)", file=out)
+    return total
+
+
+def _name(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python tests/soak_notebooks.py",
+                                     description="Run notebooks N times and count failing cells.")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each notebook (default 5)")
+    parser.add_argument("--start-method", default="fork", help=f"one of {', '.join(METHODS)} (default fork)")
+    parser.add_argument("--timeout", type=int, default=240, help="seconds a cell may take (default 240)")
+    parser.add_argument("notebooks", nargs="*", help="notebooks to run (default: every notebook and solution)")
+    args = parser.parse_args(argv)
+    problems = []
+    if args.runs < 1:
+        problems.append(f"--runs {args.runs}: give 1 or more")
+    if args.start_method not in METHODS:
+        problems.append(f"--start-method {args.start_method!r}: use one of {', '.join(METHODS)}")
+    if args.timeout < 1:
+        problems.append(f"--timeout {args.timeout}: give 1 or more seconds")
+    paths = [Path(p) for p in args.notebooks] or default_notebooks()
+    problems += [f"{p}: no such notebook" for p in paths if p.suffix != ".ipynb" or not p.is_file()]
+    if problems:
+        for line in problems:
+            print(f"soak_notebooks: {line}", file=sys.stderr)
+        return 2
+    return 1 if soak(paths, args.runs, args.start_method, args.timeout) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

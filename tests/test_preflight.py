@@ -1,0 +1,90 @@
+"""``python -m labutils preflight``: its verdicts per notebook, its exit status, its bad options.
+
+A machine without a private /dev/shm is simulated, and only that: an ``unshare`` placed first on PATH
+refuses as a container's does ("Operation not permitted", exit 1), so the runner's own probe, which
+tries ``unshare``, finds no private mount namespace. The shm reproduction then really runs and is
+reported unsupported by the runner; everything else is this machine's real answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import labutils
+from labutils.diagnosis import preflight as pf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REFUSING_UNSHARE = '#!/bin/sh\necho "unshare: unshare failed: Operation not permitted" >&2\nexit 1\n'
+
+
+def _preflight(*args, path_first=None, timeout=180):
+    env = {**os.environ, "PYTHONPATH": REPO}
+    if path_first:
+        env["PATH"] = f"{path_first}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run([sys.executable, "-m", "labutils", "preflight", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_without_a_private_dev_shm_notebook_05_shows_recorded_results_and_nothing_fails(tmp_path):
+    fake = tmp_path / "unshare"
+    fake.write_text(REFUSING_UNSHARE)
+    fake.chmod(0o755)
+    done = _preflight("--only", "shm_exhausted", "--no-kernel", "--json", path_first=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr  # a lesson shown from recorded results still runs
+    report = json.loads(done.stdout)
+    (step,) = report["steps"]
+    assert step["name"] == "shm_exhausted" and step["status"] == "SKIP", step
+    assert step["data"]["outcome"] == "unsupported", step  # the runner's own verdict on the refused unshare
+    assert "Operation not permitted" in step["data"]["reason"], step
+    by_name = {v["notebook"]: v for v in report["notebooks"]}
+    assert list(by_name) == list(pf.NOTEBOOKS)
+    shm = by_name["05_shared_memory"]
+    assert shm["level"] == "partly" and shm["text"].startswith("it cannot show a full /dev/shm"), shm
+    assert "Operation not permitted" in shm["text"] and shm["text"].endswith(pf.RECORDED), shm
+    assert not [v for v in report["notebooks"] if v["level"] == "cannot"], report["notebooks"]
+
+
+def _ctx(steps, cuda=False, gloo=True):
+    return {"doctor": labutils.doctor(), "steps": {s.name: s for s in steps}, "cuda": cuda, "gloo": gloo}
+
+
+def test_a_family_that_does_not_reproduce_makes_its_lessons_unable_to_run():
+    ok = [pf.Step(f, "OK", "", data={"enforced_by": "kernel"}) for f in pf.FAMILIES if f != "native_crash"]
+    crash = pf.Step("native_crash", "FAIL", "a segfault in a worker: diagnosed 'worker_exit', expected 'native_crash'")
+    found = {v.notebook: v for v in pf.verdicts(_ctx([*ok, crash]))}
+    for name in ("00_start_here", "01_read_the_error", "03_corrupt_data"):  # the notebooks that crash a worker
+        assert found[name].level == "cannot" and "diagnosed 'worker_exit'" in found[name].text, found[name]
+    assert found["04_memory_and_oom"].level == "shows"
+    cuda = found["11_cuda_and_accelerators"]
+    assert cuda.level == "partly" and "no CUDA" in cuda.text, cuda
+    report = pf.PreflightReport(labutils.doctor(), [*ok, crash], list(found.values()), 1.0)
+    assert not report.ok
+
+
+def test_a_watchdog_budget_and_a_missing_gloo_are_said():
+    steps = [pf.Step(f, "OK", "", data={"enforced_by": "watchdog" if f == "oom_killed" else None})
+             for f in pf.FAMILIES]
+    found = {v.notebook: v for v in pf.verdicts(_ctx(steps, cuda=True, gloo=False))}
+    assert found["04_memory_and_oom"].level == "partly" and "watchdog" in found["04_memory_and_oom"].text
+    assert found["12_distributed_torchrun"].level == "cannot" and "gloo" in found["12_distributed_torchrun"].text
+    assert found["11_cuda_and_accelerators"].level == "shows"
+
+
+def test_one_reproduction_and_the_kernel_round_trip_are_real_runs():
+    step = pf.reproduce("native_crash")
+    assert step.status == "OK" and step.data["cause"] == "native_crash", step
+    kernel = pf.kernel_round_trip()
+    assert kernel.status == "OK", kernel
+
+
+def test_bad_options_are_one_clear_line():
+    bad = _preflight("--only", "nonsense", timeout=60)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.splitlines() == [
+        f"preflight: argument --only: 'nonsense': give families from {', '.join(pf.FAMILIES)} (comma-separated)"]
+    unknown = _preflight("--frobnicate", timeout=60)
+    assert unknown.returncode == 2
+    assert unknown.stderr.splitlines() == ["preflight: unrecognized arguments: --frobnicate"]
