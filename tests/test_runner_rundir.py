@@ -12,6 +12,7 @@ def test_child_writes_the_names_rundir_declares():
     """child.py is copied into the run directory and loaded from there, so it repeats two names."""
     text = (RUNNER / "child.py").read_text()
     assert f'"{rundir.STACKS}"' in text and f'"{rundir.CREATED_SHM}"' in text
+    assert f'"{rundir.CREATED_TMP}"' in text
 
 
 def test_no_run_dir_file_name_is_spelled_out_in_the_runner():

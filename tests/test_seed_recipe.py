@@ -30,5 +30,6 @@ def test_module_is_the_notebooks_recipe():
 def test_recipe_keeps_the_settings_the_notebooks_measure():
     module = (ROOT / "labutils" / "kit" / "seed_recipe.py").read_text()
     for setting in ('set_sharing_strategy("file_system")', "prefetch_factor=4", "pin_memory=True",
-                    "timeout=60", "exit(0)", 'set_start_method("spawn", force=True)', "if consecutive_errors >= max_consecutive_errors"):
+                    "timeout=60", "exit(0)", 'set_start_method("spawn", force=True)',
+                    "if consecutive_errors >= max_consecutive_errors"):
         assert setting in module, setting

@@ -365,6 +365,7 @@ def main() -> int:
 
     _labutils_child.register_stacks(RUN_DIR)
     _labutils_child.record_semaphores(RUN_DIR)
+    _labutils_child.record_temp_dirs(RUN_DIR)
     _track_processes()
     _watch_dataloader()
     if cfg.get("start_method"):

@@ -9,7 +9,8 @@ standard library, and nothing heavy.
   ``RUN_DIR/stacks/<pid>.txt``; the file's existence tells the runner that the signal is safe to send
   (SIGUSR1 would kill a process without the handler).
 * :func:`record_semaphores`: every named multiprocessing semaphore this process creates is appended to
-  ``RUN_DIR/created_shm.jsonl`` with its inode, so the runner removes only files its run created.
+  ``RUN_DIR/created_shm.jsonl`` with its inode, so the runner removes only files its run created;
+* :func:`record_temp_dirs`: the same for multiprocessing's ``/tmp/pymp-*`` folder (``created_tmp.jsonl``).
 * :func:`run`: the target a DataLoader worker runs instead of its own: the two hooks, then the real one.
 """
 
@@ -84,8 +85,37 @@ def record_semaphores(run_dir: str) -> None:
     cls.__init__ = __init__
 
 
+def record_temp_dirs(run_dir: str) -> None:
+    """Record multiprocessing's temporary folder (``/tmp/pymp-*``) when this process makes one.
+
+    multiprocessing removes that folder when the process exits normally; a process killed by the OOM
+    killer or by the run's time limit never does, so the runner removes it, and only a recorded one with
+    the same inode.
+    """
+    from multiprocessing import process, util
+
+    original = util.get_temp_dir
+    if getattr(original, "_labutils_wrapped", False):
+        return
+
+    def get_temp_dir():
+        had = process.current_process()._config.get("tempdir")
+        path = original()
+        if path != had:  # made just now, by this process
+            try:
+                ino = os.stat(path).st_ino
+            except OSError:
+                ino = None
+            _append(run_dir, "created_tmp.jsonl", {"path": path, "ino": ino, "pid": os.getpid(), "t": time.time()})
+        return path
+
+    get_temp_dir._labutils_wrapped = True
+    util.get_temp_dir = get_temp_dir
+
+
 def run(run_dir: str, target, *args, **kwargs):
     """Run a DataLoader worker's real ``target`` after registering this process's hooks."""
     register_stacks(run_dir)
     record_semaphores(run_dir)
+    record_temp_dirs(run_dir)
     return target(*args, **kwargs)

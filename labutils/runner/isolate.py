@@ -391,6 +391,8 @@ def _collect(run: _Run, how: str, shm_before: set) -> RunResult:
         recorded = {r["name"] for r in _read_jsonl(os.path.join(run.run_dir, _rd.CREATED_SHM))
                     if isinstance(r.get("name"), str)}
         run.created = sorted({*owned, *recorded})
+    left_tmp = _ownership.remove_temp_dirs(run.run_dir)
     _ownership.ledger(run.created, run.leftover, run.ticks)
+    run.leftover = list(run.leftover) + left_tmp
     kernel_lines = _cgroup.read_kernel_log(run.kmsg)
     return _evidence.assemble(run, run.monitor, procs_log, kernel_lines, how)

@@ -60,6 +60,28 @@ def owned_shm(before: set, run_dir: str, procs_by_pid: Mapping[int, int]) -> lis
     return sorted(owned)
 
 
+def remove_temp_dirs(run_dir: str) -> list:
+    """Remove the multiprocessing temp folders the run's processes recorded (same inode) and that are still
+    there: a process killed before its exit handlers ran leaves its ``pymp-*`` folder behind."""
+    import shutil
+
+    left = []
+    for rec in _read_jsonl(os.path.join(run_dir, _rd.CREATED_TMP)):
+        path = rec.get("path")
+        if not isinstance(path, str) or not os.path.basename(path).startswith("pymp-"):
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if rec.get("ino") is not None and st.st_ino != rec.get("ino"):
+            continue  # the same name, made again by somebody else
+        shutil.rmtree(path, ignore_errors=True)
+        if os.path.lexists(path):
+            left.append(path)
+    return left
+
+
 def remove_files(names: Sequence[str]) -> tuple:
     removed, left = [], []
     for name in names:

@@ -3,7 +3,7 @@ read and write there, in one place.
 
 The bootstrap is executed by path and loads this file by path too (importing the package would cost a run
 its start-up time). ``child.py`` is copied into the run directory and loaded from there, so it repeats the
-two names it writes (``STACKS``, ``CREATED_SHM``); ``tests/test_runner_rundir.py`` checks that they agree.
+names it writes (``STACKS``, ``CREATED_SHM``, ``CREATED_TMP``); ``tests/test_runner_rundir.py`` checks that they agree.
 """
 
 CONFIG = "config.json"  #: the run's settings, written by the runner before the run starts
@@ -17,6 +17,7 @@ PROCS = "procs.jsonl"  #: each process the main process started
 LOADER = "loader.jsonl"  #: DataLoader iterators, their errors and progress
 EXITS = "exits.jsonl"  #: exit codes as the main process reaped them
 CREATED_SHM = "created_shm.jsonl"  #: named semaphores the run's processes created, with inodes
+CREATED_TMP = "created_tmp.jsonl"  #: multiprocessing's /tmp/pymp-* folders the run's processes made
 EMITTED = "emitted.jsonl"  #: labutils.emit(...) records
 VALUE = "value.json"  #: a func= run's return value
 EXC = "exc.json"  #: the exception chain that ended the script
