@@ -259,10 +259,12 @@ _ENTRIES = [
         ),
         messages=("BlockingIOError: [Errno 11] Resource temporarily unavailable (at worker start: os.fork)",
                   "OSError: [Errno 12] Cannot allocate memory (at worker start: os.fork)",
-                  "RuntimeError: can't start new thread (a queue feeder thread of the DataLoader)"),
+                  "RuntimeError: can't start new thread (a worker's queue feeder, the pin-memory thread, a "
+                  "thread of the Dataset: threads count against the same task limit)"),
         variants={"thread": {
-            "summary": "the kernel refused a new thread for the DataLoader (a queue's feeder thread): the job "
-                       "reached its limit on tasks, which counts threads as well as processes "
+            "summary": "the kernel refused a new thread (a worker's queue feeder, the pin-memory thread, the main "
+                       "process's queue feeder, or a thread the Dataset starts): the job reached its limit on tasks, "
+                       "which counts threads as well as processes "
                        "(RLIMIT_NPROC / `ulimit -u`, a container's pids limit)",
         }},
     ),

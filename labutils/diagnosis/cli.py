@@ -289,6 +289,9 @@ def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
     cell = getattr(result, "failing_cell", None)
     if cell is not None or script.endswith(".ipynb"):
         out["cell"] = cell
+    for name in ("process", "unexplained", "tree"):  # the failing process's place in the tree; loose texts
+        if getattr(d, name, None):
+            out[name] = getattr(d, name)
     if getattr(d, "launch", None) is not None:
         out["launch"] = d.launch  # torchrun: the first failed rank, its exit code, pid, every failure
     return out

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Optional
 
 from . import probes
 from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
+from .tree import build_tree
 
 __all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "environment_probes",
            "explain", "is_worker_death", "worker_death_kind"]
@@ -65,6 +66,13 @@ class Diagnosis:
     recovered: bool = False
     #: a multi-process launch (torchrun): the first failed rank, its exit code and pid, every failure
     launch: Optional[dict] = None
+    #: the process whose failure decided the cause, when it is not the main process: its role, pid, name,
+    #: start method, exit code, parent and how its error reached the record (see :mod:`.tree`)
+    process: Optional[dict] = None
+    #: every process of the run the record knows of (main first), each with what ended it
+    tree: list = field(default_factory=list)
+    #: DataLoader error texts in the record that the cause does not explain (then confidence is not high)
+    unexplained: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -83,6 +91,9 @@ class Diagnosis:
         if self.evidence:
             lines.append("evidence:")
             lines.extend(f"  - {e}" for e in self.evidence)
+        if self.unexplained:
+            lines.append("not explained by this cause:")
+            lines.extend(f"  - {t}" for t in self.unexplained)
         if self.fixes:
             lines.append("fixes:")
             lines.extend(f"  - {f}" for f in self.fixes)
@@ -264,6 +275,8 @@ _SHM_GONE = re.compile(r"could not unlink the shared memory file|"
 _FD = re.compile(r"Too many open files|\[Errno 24\]|received 0 items of ancdata|EMFILE")
 _FORK_REFUSED = re.compile(r"\[Errno 11\] Resource temporarily unavailable|\[Errno 12\] Cannot allocate memory|"
                            r"can't start new thread")
+_THREAD_REFUSED = re.compile(r"can't start new thread")
+_THREAD_FUNCS = {"start", "_start_thread", "_start_new_thread", "submit", "_adjust_thread_count", "_start"}
 _FORK_FUNCS = {"_launch", "spawnv_passfds", "_Popen", "start", "_start_thread", "fork", "fork_exec"}
 _CUDA = re.compile(r"Torch not compiled with CUDA enabled|re-initialize CUDA in forked subprocess|"
                    r"CUDA error|Found no NVIDIA driver|No CUDA GPUs are available|"
@@ -542,7 +555,8 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
     if _MAIN_ATTR.search(msg) and (bare or spawn_frames) and e.raised_in != "user":
         return [_Finding("main_not_importable", f"{where}: {e.type}: {_short(head)}", conf)]
     if (e.type in _RESOURCE_TYPES and _FORK_REFUSED.search(msg)
-            and (bare or (spawn_frames and funcs & _FORK_FUNCS))):
+            and (bare or (spawn_frames and funcs & _FORK_FUNCS)
+                 or (_THREAD_REFUSED.search(msg) and funcs & _THREAD_FUNCS))):
         thread = "thread" in msg
         return [_Finding("fork_refused", f"{where}: {e.type}: {_short(head)} - the kernel refused a new "
                          + ("thread" if thread else "process") + " for the DataLoader", conf,
@@ -578,6 +592,9 @@ def _classify_wrapper(e: _Exc, m, where: str, conf: str) -> _Finding:
     inner = _inner_line(e.message)
     inner_frames = [f for f in _frames(_inner_traceback(e.message)) if f[3] != "boot"]
     said = f"{where}: {e.type} 'Caught {inner_type} in {place}' - inner error: {_short(inner)}"
+    if inner_type in _RESOURCE_TYPES and _THREAD_REFUSED.search(inner):
+        return _Finding("fork_refused", said + " (the kernel refused a thread the worker's code started)", conf,
+                        variant="thread")
     if inner_type in _RESOURCE_TYPES and _SHM.search(inner):
         return _Finding("shm_exhausted", said + " (a shared-memory allocation failed in the worker)", conf)
     if inner_type in _RESOURCE_TYPES and _FD.search(inner):
@@ -682,7 +699,9 @@ def _stderr_findings(facts: _Facts) -> list:
         if p.who == "other" or not p.last:
             continue
         text, cause = p.last, None
-        if _GUARD.search(text):
+        if _THREAD_REFUSED.search(text) and p.who in ("worker", "feeder", "mp_child", "child_start"):
+            cause = "fork_refused"  # a thread the process needed: its queue feeder, the fd sharer, its own
+        elif _GUARD.search(text):
             cause = "missing_main_guard"
         elif _MAIN_ATTR.search(text) and p.who == "child_start":
             cause = "main_not_importable"
@@ -701,9 +720,10 @@ def _stderr_findings(facts: _Facts) -> list:
         if cause is None or (cause, text) in seen:
             continue
         seen.add((cause, text))
-        found.append(_Finding(cause, f"stderr: {_WHO[p.who]}: {_short(text)}", "medium",
-                              detail=text if cause == "worker_exit" else "",
-                              variant="startup" if cause == "worker_exit" else None))
+        variant = "startup" if cause == "worker_exit" else "thread" if cause == "fork_refused" else None
+        found.append(_Finding(cause, f"stderr: {_WHO[p.who]}: {_short(text)}" + (
+            " - the kernel refused a thread the process needed" if cause == "fork_refused" else ""), "medium",
+            detail=text if cause == "worker_exit" else "", variant=variant))
     for m in _TORCH_WARNING.finditer(facts.stderr):
         path, category, text = m.groups()
         if re.search(r"Got pickle error when attempting to start a worker Process", text):
@@ -723,16 +743,16 @@ def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> O
     w = next((w for w in facts.workers if w.pid == pid), None)
     if w is not None and w.watchdog:
         return "the lab's memory watchdog SIGKILLed it (its stand-in for the kernel OOM killer)"
-    if w is not None and w.kernel_oom:
-        return "the kernel's OOM killer killed it (the run's cgroup recorded the kill)"
     ml = facts.memory_limit or {}
     rec = ml.get("kernel_record") if isinstance(ml, dict) else None
     if isinstance(rec, dict) and (rec.get("oom_kill") or 0) > 0:
-        pids = rec.get("killed_pids") or rec.get("pids") or []
-        if not pids or pid in pids or main:
+        killed, named = kernel_killed(facts)
+        if (pid in killed) or main and rec.get("main_killed") or (not killed and not main):
+            how = ("the kernel log names this pid" if named else
+                   "the run's memory cgroup counted the kill as it died by SIGKILL; the kernel log was not "
+                   "readable to name the pid")
             return (f"the kernel's OOM killer: the run's memory cgroup records oom_kill {rec.get('oom_kill')} "
-                    f"(from {rec.get('source', 'the cgroup')}, limit "
-                    f"{(ml.get('limit') or 0) / 2**20:.0f} MiB)")
+                    f"({how}; limit {(ml.get('limit') or 0) / 2**20:.0f} MiB)")
     limit = ml.get("limit") if isinstance(ml, dict) else None
     if limit and w is not None and w.peak_rss and w.peak_rss >= 0.8 * limit:
         return (f"its memory climbed to {w.peak_rss / 2**20:.0f} MiB RSS, near the run's limit of "
@@ -745,6 +765,30 @@ def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> O
         if rec:
             return f"the kernel log names it: {_short((rec.get('lines') or [''])[0], 140)}"
     return None
+
+
+def kernel_killed(facts: _Facts) -> tuple:
+    """(pids the kernel's OOM killer killed, whether the kernel log named them).
+
+    The kernel log's ``Killed process N`` lines name the pid; without them the runner guessed, from the
+    order in which processes died while the cgroup's ``oom_kill`` counter rose, and that guess can land on
+    a worker that the loader stopped a moment later (exit -15, or 0). The guess is kept only for pids that
+    died by SIGKILL; when it names none of them, the run's SIGKILLed workers are the ones, if there are no
+    more of them than the counter's kills."""
+    ml = facts.memory_limit if isinstance(facts.memory_limit, dict) else {}
+    rec = ml.get("kernel_record") if isinstance(ml.get("kernel_record"), dict) else {}
+    pids = list(rec.get("killed_pids") or [])
+    if rec.get("killed_pids_from") == "dmesg":
+        return set(pids), True
+    codes = {w.pid: w.exitcode for w in facts.workers}
+    sigkilled = {p for p, c in codes.items() if c == -9}
+    kept = {p for p in pids if codes.get(p) in (-9, None) and (p in sigkilled or p not in codes)}
+    if kept:
+        return kept, False
+    count = rec.get("oom_kill") or 0
+    if sigkilled and len(sigkilled) <= count:
+        return sigkilled, False
+    return set(), False
 
 
 _OTHER_SIGKILL = ("a `kill -9`, a scheduler's preemption (SLURM, Kubernetes), `timeout -s KILL`, the "
@@ -775,6 +819,10 @@ def _worker_findings(facts: _Facts) -> list:
                                       variant="sigterm", detail="15"))
             else:
                 found.append(_Finding(cause, text, "high", detail=str(sig)))
+        elif w.exitcode == 1:  # what Python exits with after an uncaught exception: a traceback is missing
+            found.append(_Finding("worker_exit", f"{who} pid {w.pid}: exited with code 1 (no signal; 1 is also "
+                                  "the status of a Python process that died of an uncaught exception, whose "
+                                  "traceback would be on stderr)", "medium", detail="code 1"))
         else:
             found.append(_Finding("worker_exit", f"{who} pid {w.pid}: exited with code {w.exitcode} "
                                   "(no signal: the worker's own exit)", "high" if w.role == "dataloader_worker"
@@ -871,8 +919,9 @@ def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
             mine.remove(best)
             mine.insert(0, best)
             conf = best.conf
-            if conf == "medium" and len(mine) > 1 and cause != "oom_killed":
-                conf = "high"  # two independent pieces of evidence for the same cause
+            same_exit = cause == "worker_exit" and all(f.detail == "code 1" for f in mine)
+            if conf == "medium" and len(mine) > 1 and cause != "oom_killed" and not same_exit:
+                conf = "high"  # two independent pieces of evidence for the same cause (not one exit code twice)
             if cause == "oom_killed":
                 conf = "high" if any(f.conf == "high" for f in mine) else "low"
                 if conf == "low" and facts is not None:
@@ -918,9 +967,12 @@ def _episode(facts: _Facts, chain: Optional[list]) -> list:
     printed = _stderr_findings(facts)
     # a child's traceback is corroborated by a death the OS or PyTorch recorded: then it is strong
     died = any(f.echo or (f.cause == "worker_exit" and f.conf == "high") for f in findings)
+    capped = bool((facts.options or {}).get("max_processes"))
     for f in printed:
         if died and f.text.startswith("stderr: a spawned child"):
             f.conf = "high"
+        elif f.cause == "fork_refused" and (died or capped):
+            f.conf = "high"  # the process that printed it died, or the run had a task cap: no mere chatter
     return findings + printed
 
 
@@ -1099,7 +1151,8 @@ def _decide(facts: _Facts) -> tuple:
     if warned:
         return "unpicklable_dataset", warned, "medium", [], True
     quiet = [f for f in _worker_findings(facts) if f.variant != "sigterm"]
-    return "ok", [], "high", quiet, False
+    # a process of the run that failed, with nothing recorded to say why: the run's own end cannot vouch
+    return "ok", [], "medium" if quiet else "high", quiet, False
 
 
 def _fatal_stack(stderr: str) -> list:
@@ -1195,7 +1248,15 @@ def explain(obj) -> Diagnosis:
     else:
         raise TypeError(f"explain() takes a RunResult or an exception, not {type(obj).__name__}")
 
+    tree = build_tree(obj, _last_printed_chain, _worker_pids_named, _run_method(facts)) \
+        if facts.source == "run" else []
     cause, mine, conf, others, recovered = _decide(facts)
+    verdicts = _child_verdicts(facts, tree)
+    chosen = next((v for v in verdicts if _child_decides(facts, v, cause)), None)
+    if chosen is not None:
+        return _child_diagnosis(facts, tree, chosen)
+    others = others + [_Finding(v["cause"], f"{_describe_node(v['node'])}: {v['summary']}", "medium")
+                       for v in verdicts]
     variant = mine[0].variant if mine and mine[0].variant != "startup" else None
     if variant is None:
         variant = next((f.variant for f in mine if f.variant not in (None, "startup", "no_memory_evidence")), None)
@@ -1230,7 +1291,209 @@ def explain(obj) -> Diagnosis:
             summary = "the script finished; it created no DataLoader iterator"
     else:
         summary = _summary(cause, facts, mine, recovered)
-    return Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, facts.source, recovered)
+    loose = _unexplained(cause, facts, tree) if facts.source == "run" else []
+    if loose and conf == "high":
+        conf = "medium"  # a DataLoader error in the record that this cause does not account for
+    process = _failing_process(tree, mine) if tree and cause not in ("ok", "outside_loader") else None
+    if process is not None and process["role"] == "worker":
+        evidence.insert(len(mine), f"failing process: DataLoader worker pid {process['pid']} of the main process"
+                        + (f" ({process['name']})" if process["name"] else "")
+                        + (f", started by {process['start_method']}" if process["start_method"] else ""))
+    return Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, facts.source, recovered,
+                     process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
+
+
+def _failing_process(tree: list, mine: list) -> Optional[dict]:
+    """The process the deciding evidence is about: a worker it names (by pid, or whose own printed error it
+    is), else the main process, where the loader ran."""
+    texts = " ".join(f.text for f in mine)
+    pids = [f.pid for f in mine if f.pid] + [int(p) for p in re.findall(r"\bpid (\d+)", texts)]
+    node = next((n for n in tree if n.role == "worker" and n.chain and _short(n.chain[-1].head) in texts), None)
+    if node is None:
+        node = next((n for pid in pids for n in tree if n.pid == pid), None)
+    if node is None:
+        node = tree[0]
+    return dict(node.to_dict(), depth=0 if node.role == "main" else 1,
+                parent=None if node.role == "main" else "main")
+
+
+# =========================================================================== texts left unexplained
+_ANY_LOADER = frozenset(LOADER_CAUSES)
+_STARTUP_GUARD = re.compile(r"bootstrapping phase")
+
+
+def _text_causes(e: _Exc) -> Optional[frozenset]:
+    """The causes that account for one DataLoader error text; None when the text is no DataLoader error."""
+    head, msg = e.head, (e.message or "").strip()
+    m = _WRAPPER.match(msg)
+    if m:
+        return frozenset({_classify_wrapper(e, m, "", "high").cause})
+    if _THREAD_REFUSED.search(msg):
+        return frozenset({"fork_refused"})
+    if _TIMEOUT.match(head):
+        return frozenset({"timeout"})
+    km = _KILLED.match(head)
+    if km:
+        sig = next((n for w, n in _SIGNAL_WORDS.items() if km.group(2).strip().startswith(w)), None)
+        causes = {_cause_for_signal(sig)}
+        if sig in (9, 15):  # the runner's own stop of a stuck run, or a launcher's SIGTERM
+            causes |= {"hang", "timeout", "worker_exit", "oom_killed"}
+        return frozenset(causes)
+    if _EXITCODE.match(head) or _DIED.match(head) or _PIN_DIED.match(head):
+        return _ANY_LOADER  # an echo: any death of a worker or failure of the loader accounts for it
+    if _STARTUP_GUARD.search(msg):
+        return frozenset({"missing_main_guard"})
+    if _MAIN_ATTR.search(msg):
+        return frozenset({"main_not_importable", "missing_main_guard"})
+    return None
+
+
+def _record_texts(facts: _Facts, tree: list) -> list:
+    """The DataLoader error texts the record holds where a process raised or printed them: the chain that
+    ended the script, the chains that escaped the loader, each child's chain, and the last line of each
+    traceback a child process printed (stderr lines that are no process's traceback are not counted)."""
+    chains = [facts.ended, *facts.loader_errors, *[n.chain for n in tree if n.chain]]
+    excs = [e for c in chains for e in c]
+    for p in _printed(facts.stderr):
+        if p.who != "other" and p.last:
+            kind, _, rest = p.last.partition(": ")
+            excs.append(_Exc(kind.rsplit(".", 1)[-1], rest or p.last, "", None, "ended"))
+    out, seen = [], set()
+    for e in excs:
+        causes = _text_causes(e)
+        text = _short(f"{e.type}: {e.head}", 160)
+        if causes is not None and text not in seen:
+            seen.add(text)
+            out.append((text, causes))
+    return out
+
+
+def _unexplained(cause: str, facts: _Facts, tree: list, survived: Iterable = ()) -> list:
+    """Texts of :func:`_record_texts` that ``cause`` does not account for (``survived``: the texts of
+    errors the script caught and went on from, listed as such, not unexplained)."""
+    skip = set(survived)
+    return [t for t, causes in _record_texts(facts, tree) if cause not in causes and t not in skip]
+
+
+# =========================================================================== a loader in a child process
+def _run_method(facts: _Facts) -> Optional[str]:
+    """The default start method of the run's processes: set for the run, the lab's default, else the
+    platform's."""
+    opts = facts.options or {}
+    method = opts.get("start_method") or opts.get("lab_default_start_method")
+    if not method:
+        method = (facts.env or {}).get("LABUTILS_START_METHOD") or probes.default_start_method()
+    return method
+
+_CARRIERS = ("ProcessRaisedException", "_RemoteTraceback")
+
+
+def _child_verdicts(facts: _Facts, tree: list) -> list:
+    """The verdict of every child process whose own error names a DataLoader failure."""
+    out = []
+    for node in tree:
+        if node.role != "child" or not node.chain:
+            continue
+        v = _process_verdict(facts, node, tree)
+        if v["cause"] in LOADER_CAUSES:
+            out.append(v)
+    out.sort(key=lambda v: v["node"].via not in _CARRIERS)
+    return out
+
+
+def _process_verdict(facts: _Facts, node, tree: list) -> dict:
+    """Explain one child process from its own chain, like a script of its own (its workers: the pids its
+    messages name, with the exit statuses the runner saw)."""
+    sub = _Facts(source="run", outcome="failed", returncode=node.exitcode, options=dict(facts.options),
+                 env=dict(facts.env), kernel_record=facts.kernel_record, memory_limit=facts.memory_limit,
+                 watchdog_kills=list(facts.watchdog_kills))
+    sub.ended = node.chain
+    codes = {n.pid: n.exitcode for n in tree if n.role == "worker"}
+    sub.workers = [_Worker(pid, codes.get(pid)) for pid in _worker_pids_named(node.chain)]
+    if not sub.workers and any(_WRAPPER.match(e.head) and "worker process" in e.head for e in node.chain):
+        sub.workers = [_Worker(None, None)]  # "Caught X in DataLoader worker process N": it had workers
+    cause, mine, conf, others, recovered = _decide(sub)
+    line = _TR_WORKER_LINE.search(facts.stderr)
+    if line and conf == "low" and cause in ("worker_exit", UNKNOWN):
+        # the child saw only the generic death of its worker (under forkserver the fork server, not the
+        # child, is the worker's parent); the worker's own C-level line says how it died
+        kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
+        others = mine + others
+        mine = [_Finding(kind, f"stderr: a DataLoader worker printed {line.group(0)!r} before it died (the child "
+                         "that owned it saw only the generic 'exited unexpectedly')", "medium")]
+        cause, conf = kind, "medium"
+    if node.via == "stderr" and not node.exitcode and conf == "high":
+        conf = "medium"  # printed on stderr, and no failure of that process recorded to corroborate it
+    summary = _summary(cause, sub, mine, recovered) if cause in CATALOGUE else ""
+    return {"node": node, "cause": cause, "mine": mine, "conf": conf, "others": others, "sub": sub,
+            "summary": summary}
+
+
+def _child_decides(facts: _Facts, verdict: dict, main_cause: str) -> bool:
+    """A child's loader failure is the run's cause when the main process carried it (re-raised its
+    traceback), or when the main process itself left no error of its own (an exit code, or 0)."""
+    if verdict["node"].via in _CARRIERS:
+        return True
+    if main_cause in ("ok", UNKNOWN):
+        return True
+    return not facts.ended and not facts.loader_errors
+
+
+def _describe_node(node) -> str:
+    who = f"child process {node.name!r}" if node.name else "a child process"
+    where = [f"pid {node.pid}" if node.pid else (f"one of pids {', '.join(map(str, node.candidates))}"
+                                                 if node.candidates else "pid not recorded")]
+    if node.start_method:
+        where.append(f"started by {node.start_method}")
+    return f"{who} ({', '.join(where)})"
+
+
+_VIA = {"stderr": "its traceback, printed on stderr under 'Process {name}:' by multiprocessing",
+        "ProcessRaisedException": "torch.multiprocessing.spawn, which re-raised its traceback in the main process "
+                                  "(ProcessRaisedException)",
+        "_RemoteTraceback": "concurrent.futures, which re-raised the job's exception in the main process (its "
+                            "_RemoteTraceback holds the job's traceback)"}
+
+
+def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
+    node, cause, mine, conf = v["node"], v["cause"], v["mine"], v["conf"]
+    who = _describe_node(node)
+    main_end = (f"the main process exit code {facts.returncode}" if facts.returncode is not None else "")
+    summary = f"in {who}, not the main process: {v['summary']}"
+    if facts.outcome == "ok":
+        summary += "; the script exited 0 anyway (it did not pass on its child's failure)"
+    status = "no exit status recorded" if node.exitcode is None else (
+        f"killed by {_signame(-node.exitcode)}" if node.exitcode < 0 else f"exit code {node.exitcode}")
+    evidence = [f"failing process: {who}, a child of the main process; {status}; its error reached the record "
+                f"through {_VIA.get(node.via, node.via).format(name=node.name)}"]
+    evidence += [f"{who}: {f.text}" for f in mine]
+    evidence += [f"{who}, also seen: {f.text}" for f in v["others"] if f.text not in (m.text for m in mine)]
+    evidence += [f"process tree: {_tree_line(n)}" for n in tree]
+    if main_end:
+        evidence.append(f"main process: {main_end[len('the main process '):]}")
+    try:
+        evidence.extend(environment_probes(facts.options, facts.iters))
+    except Exception as exc:  # noqa: BLE001 - probes are extra, never fatal
+        evidence.append(f"environment probes failed: {exc!r}")
+    variant = next((f.variant for f in mine if f.variant not in (None, "startup", "no_memory_evidence")), None)
+    if cause == "oom_killed":
+        variant = "no_memory_evidence" if conf == "low" else None
+    process = dict(node.to_dict(), depth=1, parent="main")
+    loose = _unexplained(cause, facts, tree)
+    if loose and conf == "high":
+        conf = "medium"
+    return Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, "run", False,
+                     process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
+
+
+def _tree_line(node) -> str:
+    if node.role == "main":
+        return "main process" + ("" if node.exitcode is None else f" (exit status {node.exitcode})")
+    up = "main" if node.role == "child" else (f"pid {node.parent}" if node.parent else "a process of the run")
+    state = "" if node.exitcode is None else f", exit status {node.exitcode}"
+    err = f", error {node.chain[0].type}: {_short(node.chain[0].head, 80)}" if node.chain else ""
+    name = f" {node.name!r}" if node.name else ""
+    return f"{node.role}{name} pid {node.pid or '?'} (parent {up}{state}{err})"
 
 
 def _status_lines(facts: _Facts) -> list:
@@ -1243,12 +1506,17 @@ def _status_lines(facts: _Facts) -> list:
         elif facts.returncode is not None:
             rc = facts.returncode
             lines.append("main process: " + (f"killed by {_signame(-rc)}" if rc < 0 else f"exit code {rc}"))
+    oom, named = kernel_killed(facts) if facts.source == "run" else (set(), False)
     for w in facts.workers:
         if w.exitcode is None:
             state = "exit status not recorded (the run was killed before it could be read)" \
                 if facts.source == "run" else "still running or not joined"
         elif w.exitcode < 0:
             state = f"killed by {_signame(-w.exitcode)}"
+            if w.pid in oom:
+                state += " (by: kernel_oom" + (", named in the kernel log)" if named else ")")
+            elif w.watchdog:
+                state += " (by: the lab's memory watchdog)"
         else:
             state = f"exit code {w.exitcode}"
         role = "worker" if w.role == "dataloader_worker" else "child process"
