@@ -289,6 +289,16 @@ def _chain_of(exc: BaseException) -> list:
     return out
 
 
+#: ANSI colour and style codes: Python 3.13+ colours the tracebacks it prints when FORCE_COLOR is set, and
+#: ipykernel sets FORCE_COLOR=1 for everything a notebook kernel starts (a run from a notebook, its workers)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain_text(text: Optional[str]) -> str:
+    """``text`` without ANSI escape codes and carriage returns: what the rules read."""
+    return _ANSI.sub("", (text or "").replace("\r", ""))
+
+
 def _get(obj, name, default=None):
     value = getattr(obj, name, default)
     return default if value is None else value
@@ -296,10 +306,11 @@ def _get(obj, name, default=None):
 
 def _facts_from_result(result) -> _Facts:
     facts = _Facts(source="run", outcome=result.outcome, returncode=result.returncode,
-                   main_signal=result.signal, stderr=(result.stderr or "").replace("\r", ""),
+                   main_signal=result.signal, stderr=plain_text(result.stderr),
                    watchdog_kills=list(result.watchdog_kills or []), options=dict(result.options or {}),
                    reason=result.reason)
-    facts.ended = [_Exc(e.type, e.message, e.traceback, e.link, "ended") for e in result.exceptions]
+    facts.ended = [_Exc(e.type, plain_text(e.message), plain_text(e.traceback), e.link, "ended")
+                   for e in result.exceptions]
     events = list(result.loader_events or [])
     for ev in events:
         kind = ev.get("event")

@@ -212,6 +212,8 @@ def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> O
         return "the lab's memory watchdog SIGKILLed it (its stand-in for the kernel OOM killer)"
     ml = facts.memory_limit or {}
     rec = ml.get("kernel_record") if isinstance(ml, dict) else None
+    if w is not None and w.kernel_oom and not rec:
+        return "the kernel's OOM killer killed it (the run's cgroup recorded the kill)"
     if isinstance(rec, dict) and (rec.get("oom_kill") or 0) > 0:
         killed, named = kernel_killed(facts)
         if (pid in killed) or main and rec.get("main_killed") or (not killed and not main):
@@ -245,6 +247,8 @@ def kernel_killed(facts: _Facts) -> tuple:
     ml = facts.memory_limit if isinstance(facts.memory_limit, dict) else {}
     rec = ml.get("kernel_record") if isinstance(ml.get("kernel_record"), dict) else {}
     pids = list(rec.get("killed_pids") or [])
+    if not rec:  # no record of the kernel's own: the runner's flag per process is all there is
+        return {w.pid for w in facts.workers if w.kernel_oom}, False
     if rec.get("killed_pids_from") == "dmesg":
         return set(pids), True
     codes = {w.pid: w.exitcode for w in facts.workers}
@@ -402,7 +406,7 @@ def _record_texts(facts: _Facts, tree: list) -> list:
     ended the script, the chains that escaped the loader, each child's chain, and the last line of each
     traceback a child process printed (stderr lines that are no process's traceback are not counted)."""
     chains = [facts.ended, *facts.loader_errors, *[n.chain for n in tree if n.chain]]
-    excs = [e for c in chains for e in c]
+    excs = [e for c in chains for e in c if _through_loader(e) is not False]  # raised where it counts
     for p in _printed(facts.stderr):
         if p.who != "other" and p.last:
             kind, _, rest = p.last.partition(": ")

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .evidence import plain_text
+
 __all__ = ["ProcNode", "build_tree"]
 
 _HEADER = re.compile(r"^Process (.+):$")
@@ -88,6 +90,7 @@ def _chain_text(lines: list, start: int) -> tuple:
         if i < len(lines):
             out.append(lines[i])  # the exception line
             i += 1
+        inner = None  # inside PyTorch's "Original Traceback" of a worker: None, "frames", "done"
         while i < len(lines):  # its message: up to a link to the next traceback or a new block
             line = lines[i]
             if line.strip() in _LINKS:
@@ -98,6 +101,13 @@ def _chain_text(lines: list, start: int) -> tuple:
                 break
             if line.startswith(_TB) or _HEADER.match(line) or line.startswith("Exception in thread"):
                 return "\n".join(out), i
+            indented = line.startswith((" ", "\t")) or not line.strip()
+            if line.startswith("Original Traceback"):
+                inner = "frames"
+            elif inner == "frames" and not indented:
+                inner = "done"  # the worker's exception line ends the quoted traceback
+            elif not indented:
+                return "\n".join(out), i  # a line of someone else's output: the message ended above
             out.append(line)
             i += 1
         else:
@@ -140,7 +150,7 @@ def build_tree(result, parse_chain, worker_pids_named, default_method: Optional[
         node = ProcNode(w.pid, role, None, w.name or "", _method_of(w.name or "", "", default_method), w.exitcode)
         nodes.append(node)
         by_name.setdefault(node.name, node)
-    for name, text in printed_blocks(result.stderr):
+    for name, text in printed_blocks(plain_text(result.stderr)):
         node = by_name.get(name)
         if node is None:  # a process the runner did not record (a child of a child): known by name only
             node = ProcNode(None, "child", None, name)
@@ -158,14 +168,15 @@ def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
     """Children's errors the main process re-raised (torch.multiprocessing.spawn, concurrent.futures)."""
     spawned = [w for w in children if (w.name or "").startswith("SpawnProcess")] or children
     for e in result.exceptions or []:
-        m = _SPAWN_ERR.search(e.message or "")
+        msg = plain_text(e.message)
+        m = _SPAWN_ERR.search(msg)
         if m:
             node = _child_node(nodes, spawned, int(m.group(1)))
-            text = (e.message or "")[m.end():].strip("\n")
+            text = msg[m.end():].strip("\n")
             node.chain, node.text, node.via = parse_chain(text), text, "ProcessRaisedException"
             node.start_method = node.start_method or "spawn"
             continue
-        m = _SPAWN_EXIT.search(e.message or "") if e.type == "ProcessExitedException" else None
+        m = _SPAWN_EXIT.search(msg) if e.type == "ProcessExitedException" else None
         if m:
             node = _child_node(nodes, spawned, int(m.group(1)))
             node.via = "ProcessExitedException"
@@ -175,7 +186,7 @@ def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
                 node.exitcode = int(m.group(3))
             continue
         if e.type.endswith("_RemoteTraceback"):
-            text = _remote_text(e.message)
+            text = _remote_text(msg)
             if len(children) == 1:
                 node = next(n for n in nodes if n.pid == children[0].pid)
             else:
