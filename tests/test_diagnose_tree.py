@@ -110,3 +110,30 @@ def test_a_child_error_nothing_explains_keeps_confidence_below_high():
     assert d.cause == "outside_loader", d
     assert any("Caught RuntimeError in DataLoader worker process 1" in t for t in d.unexplained), d.unexplained
     assert d.confidence != "high"
+
+
+#: One spawn worker's traceback as Python 3.13 printed it in a run started from a Jupyter kernel (ipykernel
+#: sets FORCE_COLOR=1, so the child colours it): copied from a real run of notebook 08's trap under 3.13.
+COLOURED_313 = "\n".join([
+    'Traceback (most recent call last):',
+    '  File \x1b[35m"<string>"\x1b[0m, line \x1b[35m1\x1b[0m, in \x1b[35m<module>\x1b[0m',
+    '    from multiprocessing.spawn import spawn_main; \x1b[31mspawn_main\x1b[0m\x1b[1;31m(tracker_fd=7, pipe_handle=15)\x1b[0m',
+    '                                                  \x1b[31m~~~~~~~~~~\x1b[0m\x1b[1;31m^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\x1b[0m',
+    '  File \x1b[35m"/root/.pyenv/versions/3.13.0/lib/python3.13/multiprocessing/spawn.py"\x1b[0m, line \x1b[35m122\x1b[0m, in \x1b[35mspawn_main\x1b[0m',
+    '    exitcode = _main(fd, parent_sentinel)',
+    '  File \x1b[35m"/root/.pyenv/versions/3.13.0/lib/python3.13/multiprocessing/spawn.py"\x1b[0m, line \x1b[35m132\x1b[0m, in \x1b[35m_main\x1b[0m',
+    '    self = reduction.pickle.load(from_parent)',
+    "\x1b[1;35mAttributeError\x1b[0m: \x1b[35mCan't get attribute 'Thumbnails' on <module '__main__' (<class '_frozen_importlib.BuiltinImporter'>)>\x1b[0m",
+])
+
+
+def test_a_coloured_traceback_of_python_3_13_is_read_like_a_plain_one():
+    chain = [ExceptionInfo("RuntimeError", DIED.format("1539, 1540")),
+             ExceptionInfo("RuntimeError", "DataLoader worker (pid 1540) exited unexpectedly with exit code 1. "
+                           "Details are lost due to multiprocessing.", link="cause")]
+    it = dict(ITER, start_method="spawn", dataset="__main__.Thumbnails")
+    r = RunResult("failed", 1, exceptions=chain, loader_events=[it], stderr=COLOURED_313 + "\n",
+                  workers=[ProcessInfo(1539, "Process-1", "dataloader_worker", 1),
+                           ProcessInfo(1540, "Process-2", "dataloader_worker", 1)])
+    d = explain(r)
+    assert d.cause == "main_not_importable" and d.confidence == "high", d  # was worker_exit (high) on 3.13
