@@ -117,11 +117,11 @@ def test_a_child_error_nothing_explains_keeps_confidence_below_high():
 COLOURED_313 = "\n".join([
     'Traceback (most recent call last):',
     '  File \x1b[35m"<string>"\x1b[0m, line \x1b[35m1\x1b[0m, in \x1b[35m<module>\x1b[0m',
-    '    from multiprocessing.spawn import spawn_main; \x1b[31mspawn_main\x1b[0m\x1b[1;31m(tracker_fd=7, pipe_handle=15)\x1b[0m',
-    '                                                  \x1b[31m~~~~~~~~~~\x1b[0m\x1b[1;31m^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\x1b[0m',
-    '  File \x1b[35m"/root/.pyenv/versions/3.13.0/lib/python3.13/multiprocessing/spawn.py"\x1b[0m, line \x1b[35m122\x1b[0m, in \x1b[35mspawn_main\x1b[0m',
+    '    from multiprocessing.spawn import spawn_main; \x1b[31mspawn_main\x1b[0m\x1b[1;31m(tracker_fd=7, pipe_handle=15)\x1b[0m',  # noqa: E501
+    '                                                  \x1b[31m~~~~~~~~~~\x1b[0m\x1b[1;31m^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\x1b[0m',  # noqa: E501
+    '  File \x1b[35m"/root/.pyenv/versions/3.13.0/lib/python3.13/multiprocessing/spawn.py"\x1b[0m, line \x1b[35m122\x1b[0m, in \x1b[35mspawn_main\x1b[0m',  # noqa: E501
     '    exitcode = _main(fd, parent_sentinel)',
-    '  File \x1b[35m"/root/.pyenv/versions/3.13.0/lib/python3.13/multiprocessing/spawn.py"\x1b[0m, line \x1b[35m132\x1b[0m, in \x1b[35m_main\x1b[0m',
+    '  File \x1b[35m"/root/.pyenv/versions/3.13.0/lib/python3.13/multiprocessing/spawn.py"\x1b[0m, line \x1b[35m132\x1b[0m, in \x1b[35m_main\x1b[0m',  # noqa: E501
     '    self = reduction.pickle.load(from_parent)',
     "\x1b[1;35mAttributeError\x1b[0m: \x1b[35mCan't get attribute 'Thumbnails' on <module '__main__' (<class '_frozen_importlib.BuiltinImporter'>)>\x1b[0m",
 ])
