@@ -123,7 +123,7 @@ COLOURED_313 = "\n".join([
     '    exitcode = _main(fd, parent_sentinel)',
     '  File \x1b[35m"/root/.pyenv/versions/3.13.0/lib/python3.13/multiprocessing/spawn.py"\x1b[0m, line \x1b[35m132\x1b[0m, in \x1b[35m_main\x1b[0m',  # noqa: E501
     '    self = reduction.pickle.load(from_parent)',
-    "\x1b[1;35mAttributeError\x1b[0m: \x1b[35mCan't get attribute 'Thumbnails' on <module '__main__' (<class '_frozen_importlib.BuiltinImporter'>)>\x1b[0m",
+    "\x1b[1;35mAttributeError\x1b[0m: \x1b[35mCan't get attribute 'Thumbnails' on <module '__main__' (<class '_frozen_importlib.BuiltinImporter'>)>\x1b[0m",  # noqa: E501
 ])
 
 
