@@ -162,6 +162,6 @@ def test_launch_scenario_names_the_failing_process(name, lab_start_method, monke
         assert data["outcome"] == "ok" and data["returncode"] == 0  # the script hid its child's failure
         assert "Caught RuntimeError in DataLoader worker process 1" in data["stderr"]
     if sc.id == "thread_refused":
-        assert "can't start new thread" in data["stderr"] and data["options"]["max_processes"] == 12
+        assert "can't start new thread" in data["stderr"] and data["options"]["max_processes"] == 18
     fixed = diagnose_here(sc, "fixed", lab_start_method, monkeypatch, capsys)
     assert fixed["cause"] == "ok" and fixed["outcome"] == "ok", (fixed["summary"], fixed["stderr"][-2000:])

@@ -173,9 +173,9 @@ LAUNCH_SCENARIOS: dict = {s.id: s for s in [
     Scenario("tree_exit0", "the launcher exits 0 after its trainer child failed in the loader",
              "tree_exit0_broken.py", "tree_exit0_fixed.py", "worker_exception", "01_read_the_error",
              failing="child", note="the run's own outcome is ok: only the child's traceback and exit code tell"),
-    Scenario("thread_refused", "8 read threads per worker under a limit of 12 tasks: a thread is refused",
+    Scenario("thread_refused", "8 read threads per worker under a limit of 18 tasks: a thread is refused",
              "thread_refused_broken.py", "thread_refused_fixed.py", "fork_refused", "06_file_descriptors",
-             RunOptions(timeout=60, max_processes=12), RunOptions(timeout=60, max_processes=12),
+             RunOptions(timeout=60, max_processes=18), RunOptions(timeout=60, max_processes=18),
              knobs=("timeout",),
              note="the forks fit and a thread does not (a worker's queue feeder, or a read thread of the "
                   "Dataset: a race which one); needs a pids cgroup or RLIMIT_NPROC"),

@@ -1,10 +1,11 @@
 """Read each sample's four chunks in parallel: every worker gives its reads a pool of 8 threads.
 
-Under a limit of 12 tasks (processes and threads, as the kernel counts them) the two workers fork fine,
+Under a limit of 18 tasks (processes and threads, as the kernel counts them) the two workers fork fine,
 but their read threads do not fit: the kernel refuses a thread, not a process.
 """
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -14,6 +15,7 @@ READ_THREADS = int(os.environ.get("READ_THREADS", "8"))
 
 
 def read_chunk(i, part):
+    time.sleep(0.005)  # a read that waits on storage: the pool starts all its threads
     return [i * 4 + part]
 
 
