@@ -32,3 +32,16 @@ def test_the_command_prints_the_sheet():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == cheatsheet_markdown()
+
+
+def test_the_messages_notebooks_10_to_12_teach_are_on_the_sheet():
+    """The stable part of each message notebooks 10-12 teach, as the notebooks quote it (review r2)."""
+    text = cheatsheet_markdown()
+    for part in ("ChildFailedError", "Root Cause (first observed failure)", "closing signal SIGTERM",
+                 "exitcode : -15", "Caught RuntimeError in pin memory thread for device 0",
+                 "'pin_memory' argument is set as true but no accelerator is found",
+                 "Can't get attribute 'LabeledDataset' on <module '__mp_main__'", "queue.Empty",
+                 "killed by signal: Terminated", "Torch not compiled with CUDA enabled", "ConnectionResetError"):
+        assert part in text, part
+    for stem in ("10_production_loader", "11_cuda_and_accelerators", "12_distributed_torchrun"):
+        assert f"]({stem}.ipynb)" in text, stem

@@ -129,3 +129,39 @@ def test_cuda_scenario_on_a_gpu_is_the_fork_reinit_error():
     data = diagnose(SCENARIOS["cuda_in_worker"], "broken")
     assert data["cause"] == "cuda_in_worker"
     assert "re-initialize CUDA in forked subprocess" in data["stderr"] + json.dumps(data["exceptions"])
+
+
+# --------------------------------------------------------------------------- where the loader ran, what was refused
+from labutils.scenarios import LAUNCH_SCENARIOS  # noqa: E402
+
+
+@pytest.mark.parametrize("name", list(LAUNCH_SCENARIOS))
+def test_launch_scenario_names_the_failing_process(name, lab_start_method, monkeypatch, capsys):
+    """The loader runs in a child of the script (its workers are grandchildren), or the kernel refuses a
+    thread rather than a process: the cause is the one that process met, and the process is named with its
+    place in the tree (role, pid, start method); the fixed script is ok."""
+    sc = LAUNCH_SCENARIOS[name]
+    data = diagnose_here(sc, "broken", lab_start_method, monkeypatch, capsys)
+    detail = (f"{sc.broken}: got {data['cause']!r} ({data['confidence']}): {data['summary']}\n"
+              + "\n".join(data["evidence"]) + "\n--- stderr tail\n" + data["stderr"][-2500:])
+    assert data["cause"] == sc.expected, detail
+    proc = data.get("process")
+    assert proc, detail
+    if sc.failing == "child":
+        assert proc["role"] == "child" and proc["parent"] == "main", proc
+        assert proc["pid"] in {w["pid"] for w in data["workers"] if w["role"] == "process"}, (proc, data["workers"])
+        assert proc["start_method"] in ("fork", "spawn", "forkserver"), proc
+        assert str(proc["pid"]) in data["summary"], data["summary"]
+    else:  # the thread refusal: in a worker (its feeder or a read thread) or the main process
+        assert proc["role"] in ("worker", "main"), proc
+    if sc.id == "tree_mp_spawn":
+        assert proc["via"] == "ProcessRaisedException" and proc["start_method"] == "spawn", proc
+    if sc.id == "tree_pool":
+        assert proc["via"] == "_RemoteTraceback", proc
+    if sc.id == "tree_exit0":
+        assert data["outcome"] == "ok" and data["returncode"] == 0  # the script hid its child's failure
+        assert "Caught RuntimeError in DataLoader worker process 1" in data["stderr"]
+    if sc.id == "thread_refused":
+        assert "can't start new thread" in data["stderr"] and data["options"]["max_processes"] == 18
+    fixed = diagnose_here(sc, "fixed", lab_start_method, monkeypatch, capsys)
+    assert fixed["cause"] == "ok" and fixed["outcome"] == "ok", (fixed["summary"], fixed["stderr"][-2000:])

@@ -259,10 +259,12 @@ _ENTRIES = [
         ),
         messages=("BlockingIOError: [Errno 11] Resource temporarily unavailable (at worker start: os.fork)",
                   "OSError: [Errno 12] Cannot allocate memory (at worker start: os.fork)",
-                  "RuntimeError: can't start new thread (a queue feeder thread of the DataLoader)"),
+                  "RuntimeError: can't start new thread (a worker's queue feeder, the pin-memory thread, a "
+                  "thread of the Dataset: threads count against the same task limit)"),
         variants={"thread": {
-            "summary": "the kernel refused a new thread for the DataLoader (a queue's feeder thread): the job "
-                       "reached its limit on tasks, which counts threads as well as processes "
+            "summary": "the kernel refused a new thread (a worker's queue feeder, the pin-memory thread, the main "
+                       "process's queue feeder, or a thread the Dataset starts): the job reached its limit on tasks, "
+                       "which counts threads as well as processes "
                        "(RLIMIT_NPROC / `ulimit -u`, a container's pids limit)",
         }},
     ),
@@ -381,8 +383,50 @@ def fixes_for(cause_id: str, variant: Optional[str] = None) -> list:
     return CATALOGUE[cause_id].fix_list(variant)
 
 
+#: Messages the later notebooks (10-12) teach that are not a cause's own text: an echo, a warning, a launcher's
+#: report, a variant. ``(error text, what the diagnosis says, first fix, notebook stem)``.
+TAUGHT = (
+    ("DataLoader worker (pid(s) N) exited unexpectedly, whose __cause__ is an empty queue.Empty (after the "
+     "loader's whole timeout)", "worker_exit",
+     "A worker exited with code 0 before its work was done (its own SIGTERM handler, an exit(0)): PyTorch "
+     "reports only non-zero exits at once; let SIGTERM kill the worker, or re-raise it", "10_production_loader"),
+    ("DataLoader worker (pid N) is killed by signal: Terminated.", "worker_exit",
+     "Something outside the loader asked the job to stop (a scheduler, kill, a launcher): save and exit in the "
+     "main process's SIGTERM handler; do not catch it in workers", "10_production_loader"),
+    ("AttributeError: Can't get attribute 'LabeledDataset' on <module '__mp_main__' from 'train.py'>",
+     "main_not_importable",
+     "spawn/forkserver workers import the script as __mp_main__, where the __main__ block does not run: define "
+     "the Dataset at module level (or in a module), not under `if __name__ == \"__main__\":`",
+     "10_production_loader"),
+    ("UserWarning: 'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
+     "won't be used", "ok",
+     "Only a warning: PyTorch switched pinning off. Set it from the machine: "
+     "pin_memory=torch.accelerator.is_available()", "10_production_loader"),
+    ("RuntimeError: Caught RuntimeError in pin memory thread for device 0.", "worker_exception",
+     "The pin-memory thread in the main process failed on a batch: its inner traceback names the batch type "
+     "whose pin_memory() raised; return tensors (or types with a working pin_memory())",
+     "11_cuda_and_accelerators"),
+    ("RuntimeError: Caught AssertionError in DataLoader worker process 0 ... Torch not compiled with CUDA "
+     "enabled", "cuda_in_worker",
+     "Keep CUDA out of __getitem__: return CPU tensors and move the batch in the training loop",
+     "11_cuda_and_accelerators"),
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError ... Root Cause (first observed "
+     "failure): [0]: rank: 1 ... exitcode: 1", "the failed rank's own cause",
+     "Read the Root Cause block (rank, exitcode, pid), then that rank's own [rankN]: traceback; "
+     "`python -m labutils diagnose --torchrun` names its cause", "12_distributed_torchrun"),
+    ("Sending process N closing signal SIGTERM; exitcode : -15 (pid: N) ... (SIGTERM)",
+     "an echo (not a cause)",
+     "torchrun stopped the other ranks after the first failure: look for the rank that failed first, not "
+     "these", "12_distributed_torchrun"),
+    ("ConnectionResetError / Connection closed by peer (gloo, NCCL) on a rank", "an echo (not a cause)",
+     "A collective lost the peer that died: find the rank that failed first (@record gives each rank its own "
+     "timestamped error file)", "12_distributed_torchrun"),
+)
+
+
 def cheatsheet_rows() -> list:
-    """``(error text, cause id, first fix, notebook path)`` for every message of every cause."""
+    """``(error text, cause id, first fix, notebook path)`` for every message of every cause, then the
+    messages of :data:`TAUGHT`."""
     rows = []
     for cause in _ENTRIES:
         if cause.id == "ok":
@@ -390,4 +434,6 @@ def cheatsheet_rows() -> list:
         first = cause.fix_list()[0]
         for msg in cause.messages:
             rows.append((msg, cause.id, first.text, first.path))
+    for msg, cause, fix, stem in TAUGHT:
+        rows.append((msg, cause, fix, f"notebooks/{stem}.ipynb"))
     return rows

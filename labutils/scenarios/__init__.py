@@ -14,7 +14,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-__all__ = ["KNOBS", "LOADER_KNOBS", "RunOptions", "SCENARIOS", "SCENARIO_DIR", "Scenario", "get_scenario"]
+__all__ = ["KNOBS", "LAUNCH_SCENARIOS", "LOADER_KNOBS", "RunOptions", "SCENARIOS", "SCENARIO_DIR", "Scenario",
+           "get_scenario"]
 
 SCENARIO_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -77,6 +78,9 @@ class Scenario:
     fixed_options: RunOptions = field(default_factory=RunOptions)
     note: str = ""
     knobs: tuple = ("start_method", "timeout")
+    #: the role of the process whose failure decides the cause ("main", "child", "worker"), where the scenario
+    #: is about which process failed (the launcher scenarios); "" where any is right
+    failing: str = ""
 
     def path(self, which: str) -> str:
         """Absolute path of the ``"broken"`` or ``"fixed"`` script."""
@@ -153,8 +157,34 @@ SCENARIOS: dict = {s.id: s for s in [
 ]}
 
 
+#: Where the loader runs below the script, or which kind of task the kernel refuses: the cause must be
+#: named for the process that failed, wherever it is in the tree. Not one per cause (the registry above is).
+LAUNCH_SCENARIOS: dict = {s.id: s for s in [
+    Scenario("tree_mp_spawn", "torch.multiprocessing.spawn: a rank's worker segfaults on a truncated record",
+             "tree_mp_spawn_broken.py", "tree_mp_spawn_fixed.py", "native_crash", "03_corrupt_data",
+             _SPAWN, _SPAWN, knobs=("timeout",), failing="child",
+             note="the rank is a spawn child of the script; its workers are grandchildren"),
+    Scenario("tree_mp_process", "multiprocessing.Process(target=train): a worker raises; the launcher exits 1",
+             "tree_mp_process_broken.py", "tree_mp_process_fixed.py", "worker_exception", "01_read_the_error",
+             failing="child"),
+    Scenario("tree_pool", "a ProcessPoolExecutor job builds a loader; a worker segfaults",
+             "tree_pool_broken.py", "tree_pool_fixed.py", "native_crash", "03_corrupt_data", failing="child",
+             note="the job's error reaches the script through concurrent.futures' _RemoteTraceback"),
+    Scenario("tree_exit0", "the launcher exits 0 after its trainer child failed in the loader",
+             "tree_exit0_broken.py", "tree_exit0_fixed.py", "worker_exception", "01_read_the_error",
+             failing="child", note="the run's own outcome is ok: only the child's traceback and exit code tell"),
+    Scenario("thread_refused", "8 read threads per worker under a limit of 18 tasks: a thread is refused",
+             "thread_refused_broken.py", "thread_refused_fixed.py", "fork_refused", "06_file_descriptors",
+             RunOptions(timeout=60, max_processes=18), RunOptions(timeout=60, max_processes=18),
+             knobs=("timeout",),
+             note="the forks fit and a thread does not (a worker's queue feeder, or a read thread of the "
+                  "Dataset: a race which one); needs a pids cgroup or RLIMIT_NPROC"),
+]}
+
+
 def get_scenario(name: str) -> Scenario:
     try:
-        return SCENARIOS[name]
+        return SCENARIOS[name] if name in SCENARIOS else LAUNCH_SCENARIOS[name]
     except KeyError:
-        raise KeyError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}") from None
+        raise KeyError(f"unknown scenario {name!r}; choose one of: "
+                       f"{', '.join([*SCENARIOS, *LAUNCH_SCENARIOS])}") from None

@@ -1,0 +1,146 @@
+"""A DataLoader in a child process of the script: the child's own error explained like a script of its own,
+and the run named for that child (its pid, start method and place in the tree)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import probes
+from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
+from .decide import (
+    _decide,
+    _summary,
+)
+from .evidence import (
+    _TR_WORKER_LINE,
+    _WRAPPER,
+    _Facts,
+    _Finding,
+    _short,
+    _signame,
+    _Worker,
+    _worker_pids_named,
+)
+from .model import Diagnosis, _fixes, environment_probes
+from .rules import _unexplained
+
+
+# =========================================================================== a loader in a child process
+def _run_method(facts: _Facts) -> Optional[str]:
+    """The default start method of the run's processes: set for the run, the lab's default, else the
+    platform's."""
+    opts = facts.options or {}
+    method = opts.get("start_method") or opts.get("lab_default_start_method")
+    if not method:
+        method = (facts.env or {}).get("LABUTILS_START_METHOD") or probes.default_start_method()
+    return method
+
+_CARRIERS = ("ProcessRaisedException", "_RemoteTraceback")
+
+
+def _child_verdicts(facts: _Facts, tree: list) -> list:
+    """The verdict of every child process whose own error names a DataLoader failure."""
+    out = []
+    for node in tree:
+        if node.role != "child" or not node.chain:
+            continue
+        v = _process_verdict(facts, node, tree)
+        if v["cause"] in LOADER_CAUSES:
+            out.append(v)
+    out.sort(key=lambda v: v["node"].via not in _CARRIERS)
+    return out
+
+
+def _process_verdict(facts: _Facts, node, tree: list) -> dict:
+    """Explain one child process from its own chain, like a script of its own (its workers: the pids its
+    messages name, with the exit statuses the runner saw)."""
+    sub = _Facts(source="run", outcome="failed", returncode=node.exitcode, options=dict(facts.options),
+                 env=dict(facts.env), kernel_record=facts.kernel_record, memory_limit=facts.memory_limit,
+                 watchdog_kills=list(facts.watchdog_kills))
+    sub.ended = node.chain
+    codes = {n.pid: n.exitcode for n in tree if n.role == "worker"}
+    sub.workers = [_Worker(pid, codes.get(pid)) for pid in _worker_pids_named(node.chain)]
+    if not sub.workers and any(_WRAPPER.match(e.head) and "worker process" in e.head for e in node.chain):
+        sub.workers = [_Worker(None, None)]  # "Caught X in DataLoader worker process N": it had workers
+    cause, mine, conf, others, recovered = _decide(sub)
+    line = _TR_WORKER_LINE.search(facts.stderr)
+    if line and conf == "low" and cause in ("worker_exit", UNKNOWN):
+        # the child saw only the generic death of its worker (under forkserver the fork server, not the
+        # child, is the worker's parent); the worker's own C-level line says how it died
+        kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
+        others = mine + others
+        mine = [_Finding(kind, f"stderr: a DataLoader worker printed {line.group(0)!r} before it died (the child "
+                         "that owned it saw only the generic 'exited unexpectedly')", "medium")]
+        cause, conf = kind, "medium"
+    if node.via == "stderr" and not node.exitcode and conf == "high":
+        conf = "medium"  # printed on stderr, and no failure of that process recorded to corroborate it
+    summary = _summary(cause, sub, mine, recovered) if cause in CATALOGUE else ""
+    return {"node": node, "cause": cause, "mine": mine, "conf": conf, "others": others, "sub": sub,
+            "summary": summary}
+
+
+def _child_decides(facts: _Facts, verdict: dict, main_cause: str) -> bool:
+    """A child's loader failure is the run's cause when the main process carried it (re-raised its
+    traceback), or when the main process itself left no error of its own (an exit code, or 0)."""
+    if verdict["node"].via in _CARRIERS:
+        return True
+    if main_cause in ("ok", UNKNOWN):
+        return True
+    return not facts.ended and not facts.loader_errors
+
+
+def _describe_node(node) -> str:
+    who = f"child process {node.name!r}" if node.name else "a child process"
+    where = [f"pid {node.pid}" if node.pid else (f"one of pids {', '.join(map(str, node.candidates))}"
+                                                 if node.candidates else "pid not recorded")]
+    if node.start_method:
+        where.append(f"started by {node.start_method}")
+    return f"{who} ({', '.join(where)})"
+
+
+_VIA = {"stderr": "its traceback, printed on stderr under 'Process {name}:' by multiprocessing",
+        "ProcessRaisedException": "torch.multiprocessing.spawn, which re-raised its traceback in the main process "
+                                  "(ProcessRaisedException)",
+        "_RemoteTraceback": "concurrent.futures, which re-raised the job's exception in the main process (its "
+                            "_RemoteTraceback holds the job's traceback)"}
+
+
+def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
+    node, cause, mine, conf = v["node"], v["cause"], v["mine"], v["conf"]
+    who = _describe_node(node)
+    main_end = (f"the main process exit code {facts.returncode}" if facts.returncode is not None else "")
+    summary = f"in {who}, not the main process: {v['summary']}"
+    if facts.outcome == "ok":
+        summary += "; the script exited 0 anyway (it did not pass on its child's failure)"
+    status = "no exit status recorded" if node.exitcode is None else (
+        f"killed by {_signame(-node.exitcode)}" if node.exitcode < 0 else f"exit code {node.exitcode}")
+    evidence = [f"failing process: {who}, a child of the main process; {status}; its error reached the record "
+                f"through {_VIA.get(node.via, node.via).format(name=node.name)}"]
+    evidence += [f"{who}: {f.text}" for f in mine]
+    evidence += [f"{who}, also seen: {f.text}" for f in v["others"] if f.text not in (m.text for m in mine)]
+    evidence += [f"process tree: {_tree_line(n)}" for n in tree]
+    if main_end:
+        evidence.append(f"main process: {main_end[len('the main process '):]}")
+    try:
+        evidence.extend(environment_probes(facts.options, facts.iters))
+    except Exception as exc:  # noqa: BLE001 - probes are extra, never fatal
+        evidence.append(f"environment probes failed: {exc!r}")
+    variant = next((f.variant for f in mine if f.variant not in (None, "startup", "no_memory_evidence")), None)
+    if cause == "oom_killed":
+        variant = "no_memory_evidence" if conf == "low" else None
+    process = dict(node.to_dict(), depth=1, parent="main")
+    loose = _unexplained(cause, facts, tree)
+    if loose and conf == "high":
+        conf = "medium"
+    return Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, "run", False,
+                     process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
+
+
+def _tree_line(node) -> str:
+    if node.role == "main":
+        return "main process" + ("" if node.exitcode is None else f" (exit status {node.exitcode})")
+    up = "main" if node.role == "child" else (f"pid {node.parent}" if node.parent else "a process of the run")
+    state = "" if node.exitcode is None else f", exit status {node.exitcode}"
+    err = f", error {node.chain[0].type}: {_short(node.chain[0].head, 80)}" if node.chain else ""
+    name = f" {node.name!r}" if node.name else ""
+    return f"{node.role}{name} pid {node.pid or '?'} (parent {up}{state}{err})"

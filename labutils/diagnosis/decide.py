@@ -1,0 +1,366 @@
+"""Choosing: the failure that ended the run first, its findings ranked by precedence, echoes last; and the
+summary of the cause chosen."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional
+
+from . import probes
+from .causes import CATALOGUE, PRECEDENCE, UNKNOWN
+from .evidence import (
+    _SHM_GONE,
+    _batches,
+    _Exc,
+    _Facts,
+    _Finding,
+    _frame_kind,
+    _short,
+    _through_loader,
+)
+from .rules import (
+    _classify,
+    _main_signal_findings,
+    _memory_evidence,
+    _stall_findings,
+    _stderr_findings,
+    _worker_findings,
+)
+
+
+# =========================================================================== choosing
+def _single_process(facts: _Facts) -> bool:
+    """True when the DataLoader ran without workers (or we cannot tell and no worker was seen)."""
+    counts = [it.get("num_workers") for it in facts.iters if it.get("num_workers") is not None]
+    if counts:
+        return all(n == 0 for n in counts)
+    return not facts.workers
+
+
+def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
+    """(cause, its findings, confidence) by precedence; echoes decide only when nothing else does."""
+    real = [f for f in findings if not f.echo and not f.cause.startswith("_")]
+    for cause in PRECEDENCE:
+        mine = [f for f in real if f.cause == cause]
+        if mine:
+            rank = {"high": 0, "medium": 1, "low": 2}
+            best = min(mine, key=lambda f: rank[f.conf])
+            mine.remove(best)
+            mine.insert(0, best)
+            conf = best.conf
+            same_exit = cause == "worker_exit" and all(f.detail == "code 1" for f in mine)
+            if conf == "medium" and len(mine) > 1 and cause != "oom_killed" and not same_exit:
+                conf = "high"  # two independent pieces of evidence for the same cause (not one exit code twice)
+            if cause == "oom_killed":
+                conf = "high" if any(f.conf == "high" for f in mine) else "low"
+                if conf == "low" and facts is not None:
+                    for f in mine:
+                        why = _memory_evidence(facts, f.pid) if f.pid else None
+                        if why:
+                            mine.insert(0, _Finding("oom_killed", f"pid {f.pid}: {why}", "high", pid=f.pid))
+                            conf = "high"
+                            break
+            if cause == "hang" and not (facts is not None and facts.stall):
+                conf = "low" if all(f.conf == "low" for f in mine) else "medium"
+            return cause, mine, conf
+    echoes = [f for f in findings if f.cause == "_died"]
+    if echoes:
+        return "worker_exit", echoes, "low"
+    return None, [], "high"
+
+
+def _chain_where(e: _Exc) -> str:
+    base = {"ended": "exception that ended the script", "next": "exception from the DataLoader",
+            "init": "exception while creating the DataLoader iterator (starting its workers)",
+            "live": "the exception"}[e.origin]
+    if e.origin in ("next", "init") and e.ended_run:
+        base += ", which ended the script"
+    elif e.origin in ("next", "init"):
+        base += " (caught by the script)"
+    return base if e.link is None else f"its __{e.link}__"
+
+
+def _loader_chain_findings(chain: list, single: bool) -> list:
+    out = []
+    for e in chain:
+        out.extend(_classify(e, _chain_where(e), single))
+    return out
+
+
+def _episode(facts: _Facts, chain: Optional[list]) -> list:
+    """Every finding of one loader failure: its chain, the workers, child tracebacks, memory, stalls."""
+    single = _single_process(facts)
+    findings = _loader_chain_findings(chain or [], single)
+    findings += _worker_findings(facts)
+    findings += facts.live_findings
+    printed = _stderr_findings(facts)
+    # a child's traceback is corroborated by a death the OS or PyTorch recorded: then it is strong
+    died = any(f.echo or (f.cause == "worker_exit" and f.conf == "high") for f in findings)
+    capped = bool((facts.options or {}).get("max_processes"))
+    for f in printed:
+        if died and f.text.startswith("stderr: a spawned child"):
+            f.conf = "high"
+        elif f.cause == "fork_refused" and (died or capped):
+            f.conf = "high"  # the process that printed it died, or the run had a task cap: no mere chatter
+    return findings + printed
+
+
+def _same_chain(a: list, b: list) -> bool:
+    return bool(a and b) and [(e.type, e.message) for e in a] == [(e.type, e.message) for e in b]
+
+
+def _fallback_single(e: _Exc, single: bool) -> Optional[_Finding]:
+    """An exception that escaped a single-process DataLoader: the Dataset raised it in the main process."""
+    if _through_loader(e) and single:
+        line = next((f for f in reversed(e.frames) if f[3] == "user"), None)
+        at = f" at {os.path.basename(line[0])}:{line[1]} in {line[2]}" if line else ""
+        return _Finding("worker_exception", f"{e.type}: {_short(e.message)} escaped the DataLoader iterator "
+                        f"(raised by the Dataset/collate_fn in the main process, num_workers=0){at}",
+                        "high" if e.frames or e.origin in ("next", "init") else "medium",
+                        detail=f"{e.type}: {_short(e.message, 120)}")
+    return None
+
+
+def _outside_finding(e: _Exc) -> _Finding:
+    line = next((f for f in reversed(e.frames) if f[3] == "user"), None)
+    last = e.frames[-1] if e.frames else None
+    where = ""
+    if line:
+        where = f" (your code: {os.path.basename(line[0])}:{line[1]} in {line[2]}"
+        if last is not None and last is not line:
+            where += f"; raised in {_lib_name(last[0])}"
+        where += ")"
+    return _Finding("outside_loader", f"the script failed outside data loading: {e.type}: {_short(e.message)}"
+                    f"{where} - no frame of torch.utils.data in its traceback", "high",
+                    detail=f"{e.type}: {_short(e.message, 120)}")
+
+
+def _lib_name(path: str) -> str:
+    p = path.replace("\\", "/")
+    m = re.search(r"/(torch/[\w/]+?)\.py$", p)
+    if m:
+        return m.group(1).replace("/", ".")
+    m = re.search(r"/(?:site-packages|dist-packages|python\d\.\d+)/([\w/]+?)\.py$", p)
+    return m.group(1).replace("/", ".") if m else os.path.basename(p)
+
+
+def _decide(facts: _Facts) -> tuple:
+    """(cause, findings for it, confidence, other findings, recovered)."""
+    if facts.ended:
+        return _decide_ended(facts)
+    return _decide_without_exception(facts)
+
+
+def _decide_ended(facts: _Facts) -> tuple:
+    """The script ended with a Python exception: did it come through the loader, and what does it say?"""
+    single = _single_process(facts)
+    ended = facts.ended
+    others: list = []
+    loader_chain = None
+    # the link of the ending chain that came through the loader, if any (a user's exception raised
+    # while handling a loader error has the loader error as its __context__)
+    origins = [_through_loader(e) for e in ended]
+    match = next((c for c in facts.loader_errors if _same_chain(ended, c)), None)
+    if match is not None:
+        loader_chain = match  # the same chain escaped next()/iter(): the loader raised it
+        for e in match:
+            e.ended_run = True
+    elif any(o is True for o in origins):
+        loader_chain = ended
+    elif all(o is None for o in origins):
+        loader_chain = ended  # no traceback to tell: judge the messages (an exception built by hand)
+    if loader_chain is not None and origins[0] is False and match is None:
+        # the script's own exception, raised while handling (or from) one that came through the
+        # loader: the loader's error is the reason only if it names a loader failure
+        linked = [e for e, o in zip(ended, origins) if o is True]
+        if not [f for f in _loader_chain_findings(linked, single) if not f.cause.startswith("_")
+                or f.echo]:
+            loader_chain = None
+    if loader_chain is None:
+        # the script ended with an exception the loader did not raise: the loader is not to blame,
+        # whatever it went through before (errors the script caught and survived are listed)
+        for c in facts.loader_errors:
+            others += _loader_chain_findings(c, single)
+        head = ended[0]
+        mine = [_outside_finding(head)]
+        if facts.batches:
+            mine.append(_Finding("outside_loader", f"the DataLoader had delivered {_batches(facts.batches)} "
+                                 "before it", "high"))
+        return "outside_loader", mine, "high", others, False
+    findings = _episode(facts, loader_chain)
+    findings += _main_signal_findings(facts)
+    cause, mine, conf = _pick(findings, facts)
+    if cause is None:
+        fb = _fallback_single(loader_chain[0], single) if loader_chain else None
+        if fb is not None:
+            return "worker_exception", [fb], fb.conf, findings, False
+        if all(o is None for o in origins):
+            return UNKNOWN, [_Finding(UNKNOWN, f"{ended[0].type}: {_short(ended[0].message)} - nothing in "
+                                      "it names a DataLoader failure, and it has no traceback to say where "
+                                      "it was raised", "medium")], "medium", [], False
+        # through the loader but no rule names it: a Python exception of the loader's caller
+        return "worker_exception", [_Finding("worker_exception", f"{ended[0].type}: "
+                                             f"{_short(ended[0].message)} (raised inside the DataLoader)",
+                                             "medium", detail=f"{ended[0].type}: {_short(ended[0].message, 120)}")
+                                    ], "medium", findings, False
+    for c in facts.loader_errors:
+        if not _same_chain(c, loader_chain):
+            others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
+    return cause, mine, conf, [f for f in findings if f not in mine] + others, False
+
+
+def _decide_without_exception(facts: _Facts) -> tuple:
+    """The script ended without a Python exception: a signal, a stall or time limit, an exit code, or 0."""
+    single = _single_process(facts)
+    main = _main_signal_findings(facts)
+    last_loader = facts.loader_errors[-1] if facts.loader_errors else None
+    if main and main[0].cause == "_main_native":
+        sig = int(main[0].detail)
+        stack = _fatal_stack(facts.stderr)
+        in_loader = ("loader" in {k for _, k in stack}) if stack else None
+        if sig == 6 and facts.iters and _SHM_GONE.search(facts.stderr):  # C++ terminate() on a deleted file
+            f = _Finding("shm_exhausted", main[0].text + ": torch's C++ code aborted with 'could not unlink the "
+                         "shared memory file' - a batch's file was deleted from /dev/shm under the loader",
+                         "high", variant="removed")
+            return "shm_exhausted", [f], "high", _episode(facts, last_loader), False
+        if single and facts.iters and in_loader is not False:
+            f = _Finding("native_crash", main[0].text + ("; its Python stack runs through torch.utils.data"
+                                                          if in_loader else "; the DataLoader ran with "
+                                                          "num_workers=0, so the Dataset ran in this process"),
+                         "high" if in_loader else "medium", variant="main_process", detail=str(sig))
+            return "native_crash", [f], f.conf, _episode(facts, last_loader), False
+        findings = _episode(facts, last_loader)
+        cause, mine, conf = _pick(findings, facts)
+        if cause is not None and cause != "worker_exit":
+            return cause, mine, conf, [main[0]], False
+        what = ("its Python stack shows no frame of torch.utils.data" if stack else
+                "no DataLoader was iterated" if not facts.iters else
+                "the DataLoader's workers did not fail")
+        return "outside_loader", [_Finding("outside_loader", f"{main[0].text}; {what}", "medium" if not stack
+                                           else "high")], "medium" if not stack else "high", findings, False
+    if main and main[0].cause == "_main_stopped":
+        sig = int(main[0].detail)
+        findings = _episode(facts, last_loader)
+        senders = probes.sigterm_senders(facts.env or os.environ) if sig == 15 else []
+        who = f"; likely sender here: {'; '.join(senders)}" if senders else (
+            "; nothing in the environment names a scheduler: a person's kill, a launcher or a service manager"
+            if sig == 15 else "")
+        f = _Finding("outside_loader", f"{main[0].text}: the script was stopped from outside{who}", "medium")
+        return "outside_loader", [f], "medium", findings, False
+    if main:  # SIGKILL of the main process
+        findings = _episode(facts, last_loader) + main
+        cause, mine, conf = _pick(findings, facts)
+        return cause, mine, conf, [f for f in findings if f not in mine], False
+    if facts.outcome == "timed_out" or facts.stall:
+        findings = _episode(facts, last_loader) + _stall_findings(facts)
+        cause, mine, conf = _pick(findings, facts)
+        # SIGTERMs of workers the runner's own kill caused, and the like, are consequences of the stop
+        return cause, mine, conf, [f for f in findings if f not in mine], False
+    if facts.outcome == "failed":
+        if last_loader is not None:
+            findings = _episode(facts, last_loader)
+            cause, mine, conf = _pick(findings, facts)
+            if cause is not None:
+                return cause, mine, conf, [f for f in findings if f not in mine], False
+        findings = _episode(facts, None)
+        cause, mine, conf = _pick([f for f in findings if f.variant != "sigterm"], facts)
+        if cause is not None:
+            return cause, mine, conf, [f for f in findings if f not in mine], False
+        code = facts.returncode
+        return "outside_loader", [_Finding("outside_loader", f"the script exited with code {code} without a "
+                                           "Python traceback, and nothing came from the DataLoader", "medium")
+                                  ], "medium", findings, False
+    return _decide_ended_well(facts)
+
+
+def _decide_ended_well(facts: _Facts) -> tuple:
+    """The run exited 0: a loader error it caught and went on from, else ok."""
+    single = _single_process(facts)
+    others: list = []
+    first = facts.loader_errors[0] if facts.loader_errors else None
+    if first is not None:
+        findings = _episode(facts, first)
+        cause, mine, conf = _pick(findings, facts)
+        if cause is None:
+            fb = _fallback_single(first[0], single)
+            if fb is not None:
+                cause, mine, conf = "worker_exception", [fb], fb.conf
+        if cause is not None:
+            for c in facts.loader_errors[1:]:
+                others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
+            return cause, mine, conf, [f for f in findings if f not in mine] + others, True
+    # no loader error: stderr and statuses alone cannot make a healthy run a failure, except warnings
+    # from torch.utils.data itself about a failed worker start (the script caught it before iter() returned)
+    warned = [f for f in _stderr_findings(facts) if f.cause == "unpicklable_dataset" and "torch.utils.data" in f.text]
+    if warned:
+        return "unpicklable_dataset", warned, "medium", [], True
+    quiet = [f for f in _worker_findings(facts) if f.variant != "sigterm"]
+    # a process of the run that failed, with nothing recorded to say why: the run's own end cannot vouch
+    return "ok", [], "medium" if quiet else "high", quiet, False
+
+
+def _fatal_stack(stderr: str) -> list:
+    """``(path, kind)`` of the frames of a faulthandler 'Fatal Python error' dump, if the script printed one."""
+    i = stderr.find("Fatal Python error:")
+    if i < 0:
+        return []
+    return [(p, _frame_kind(p)) for p in re.findall(r'File "([^"]+)", line \d+ in ', stderr[i:i + 8000])]
+
+
+# =========================================================================== summaries
+def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
+    entry = CATALOGUE.get(cause)
+    variant = next((f.variant for f in mine if f.variant), None)
+    text = entry.summary_for(variant) if entry else "the run failed; nothing recorded says where"
+    inner = next((f.detail for f in mine if f.detail), "")
+    if cause == "worker_exception" and inner:
+        place = "inside a worker" if not _single_process(facts) else "in the main process (num_workers=0)"
+        text = f"a Python exception in the Dataset/collate_fn {place}: {inner}"
+    elif cause == "native_crash" and variant != "main_process":
+        m = re.search(r"killed by (SIG\w+)", " ".join(f.text for f in mine))
+        if m:
+            text = f"a worker was killed by {m.group(1)} in native code (a crash in C/C++, not a Python error)"
+    elif cause == "oom_killed":
+        strong = [f for f in mine if f.conf == "high"]
+        if any("memory watchdog" in f.text for f in strong):
+            text = "a process was SIGKILLed for using too much memory; here the lab's memory watchdog did it"
+        elif any("kernel" in f.text for f in strong):
+            text = "a process was SIGKILLed for using too much memory: the kernel's OOM killer did it"
+        elif strong:
+            text = "a process was SIGKILLed for using too much memory (its memory climbed to the limit)"
+    elif cause == "worker_exit":
+        startup = next((f.detail for f in mine if f.variant == "startup" and f.detail), None)
+        if startup:
+            text = f"a spawned worker died while starting, before loading any sample: {_short(startup, 120)}"
+        elif variant == "sigterm":
+            senders = probes.sigterm_senders(facts.env or os.environ)
+            text = entry.summary_for("sigterm") + (f"; likely sender here: {senders[0]}" if senders else
+                                                   "; nothing in the environment names a scheduler: a person's "
+                                                   "kill, a launcher or a service manager")
+        else:
+            m = re.search(r"code (-?\d+)", inner)
+            if m:
+                text = (f"a worker exited with code {m.group(1)} without a Python traceback: its own exit "
+                        "(sys.exit/os._exit in the Dataset or a library), not a signal")
+    elif cause == "fd_limit" and variant == "user_leak" and inner:
+        text += f" ({_short(inner, 100)})"
+    elif cause == "cuda_in_worker" and not any("worker" in f.text for f in mine) and _single_process(facts):
+        text = "CUDA was used by the data-loading code on a machine or build without CUDA"
+    elif cause == "outside_loader":
+        detail = next((f.detail for f in mine if f.detail), "")
+        if detail:
+            text = f"the script failed outside data loading ({detail}): the DataLoader is not to blame"
+        elif mine:
+            text = "the script failed outside data loading: " + _short(mine[0].text, 200)
+    elif cause == "hang" and not facts.stall and facts.outcome == "timed_out":
+        text = "no progress until the run's time limit: a worker or the main process was stuck"
+    if recovered:
+        t0 = next((e.t for c in facts.loader_errors for e in c if e.t is not None), None)
+        later = [it for it in facts.iters if it.get("num_workers") == 0
+                 and (t0 is None or (it.get("t") or 0) >= t0)]
+        if later and (t0 is not None or not _single_process(facts)):
+            text += " - your script recovered: it caught the error and went on with num_workers=0, then exited 0"
+        else:
+            text += " - your script recovered: it caught the error and exited 0"
+    return text

@@ -1,0 +1,554 @@
+"""The evidence of a run or a live exception, as the rules read it: exception chains with the frames that say
+who raised them, the processes and their exit statuses, the tracebacks child processes printed on stderr,
+and PyTorch's own messages about a worker's death."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from . import probes
+
+# =========================================================================== frames: whose code raised it
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _frame_kind(path: str) -> str:
+    """``loader`` (torch.utils.data), ``mp`` (multiprocessing, torch.multiprocessing), ``torch``, ``lib``
+    (stdlib or an installed package), ``boot`` (the runner's bootstrap, runpy, a spawn child's ``-c``)
+    or ``user`` (everything else: the script and its own modules)."""
+    p = path.replace("\\", "/")
+    if "/torch/utils/data/" in p:
+        return "loader"
+    if "/multiprocessing/" in p:
+        return "mp"
+    if "/torch/" in p or "/torch/_" in p:
+        return "torch"
+    if p.endswith("labutils/runner/bootstrap.py") or p.endswith("/runpy.py") or p in ("<string>", "<stdin>"):
+        return "boot"
+    if p.startswith("<frozen") or "/site-packages/" in p or "/dist-packages/" in p:
+        return "lib"
+    if re.search(r"/lib/python\d\.\d+/", p) or re.search(r"/lib/pypy", p):
+        return "lib"
+    if "/IPython/" in p or "/ipykernel/" in p:
+        return "boot"
+    return "user"
+
+
+def _frames(text: str) -> list:
+    """``(path, line, function, kind, source line)`` of every frame in a traceback's text."""
+    out = []
+    lines = (text or "").splitlines()
+    for i, line in enumerate(lines):
+        m = _FRAME.match(line)
+        if m:
+            src = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) else ""
+            out.append((m.group(1), int(m.group(2)), m.group(3), _frame_kind(m.group(1)), src))
+    return out
+
+
+def _inner_traceback(message: str) -> str:
+    """The worker's traceback quoted after ``Original Traceback`` in a ``Caught X`` message."""
+    _, sep, tail = (message or "").partition("Original Traceback (most recent call last):")
+    return tail if sep else ""
+
+
+def _inner_line(message: str) -> str:
+    """The last ``Type: message`` line of the worker traceback quoted in a ``Caught X`` message."""
+    tail = _inner_traceback(message)
+    body = tail or message
+    last = ""
+    for line in body.splitlines():
+        if line and not line[0].isspace() and not line.startswith("Traceback ("):
+            last = line
+    return last.strip() or (message.splitlines()[0] if message else "")
+
+
+# =========================================================================== evidence model
+@dataclass
+class _Exc:
+    type: str
+    message: str
+    traceback: str = ""
+    link: Optional[str] = None
+    origin: str = "ended"  # "ended" (ended the script), "next"/"init" (escaped the loader), "live"
+    t: Optional[float] = None
+    ended_run: bool = False  # escaped the loader and then ended the script
+
+    def __post_init__(self) -> None:
+        self.frames = [f for f in _frames(self.traceback) if f[3] != "boot"]
+
+    @property
+    def head(self) -> str:
+        msg = (self.message or "").strip()
+        return msg.splitlines()[0] if msg else ""
+
+    @property
+    def kinds(self) -> set:
+        return {f[3] for f in self.frames}
+
+    @property
+    def raised_in(self) -> Optional[str]:
+        """Kind of the innermost frame (where the exception was raised), None without frames."""
+        return self.frames[-1][3] if self.frames else None
+
+
+@dataclass
+class _Worker:
+    pid: Optional[int]
+    exitcode: Optional[int]
+    role: str = "dataloader_worker"
+    watchdog: bool = False
+    kernel_oom: bool = False
+    peak_rss: Optional[int] = None
+
+
+@dataclass
+class _Finding:
+    cause: str
+    text: str
+    conf: str = "high"  # high / medium / low
+    detail: str = ""  # e.g. the inner worker error, for the summary
+    echo: bool = False  # a consequence of a worker death, not its reason
+    variant: Optional[str] = None  # a catalogue variant (summary and fixes) for this evidence
+    pid: Optional[int] = None  # the process it is about, where known
+
+
+@dataclass
+class _Printed:
+    """A traceback found in stderr, with the kind of process its frames say printed it."""
+
+    who: str  # "child_start", "worker", "mp_child", "feeder", "other"
+    body: str
+    last: str
+
+
+@dataclass
+class _Facts:
+    source: str
+    ended: list = field(default_factory=list)  # the chain that ended the script (or a live chain)
+    loader_errors: list = field(default_factory=list)  # chains that escaped next()/iter(), in time order
+    workers: list = field(default_factory=list)
+    stderr: str = ""
+    outcome: Optional[str] = None
+    returncode: Optional[int] = None
+    main_signal: Optional[int] = None
+    watchdog_kills: list = field(default_factory=list)
+    iters: list = field(default_factory=list)
+    options: dict = field(default_factory=dict)
+    reason: Optional[str] = None
+    notes: list = field(default_factory=list)
+    live_dataset: Any = None
+    live_findings: list = field(default_factory=list)
+    memory_limit: Optional[dict] = None
+    stall: Optional[dict] = None
+    stacks: dict = field(default_factory=dict)
+    batches: Optional[int] = None
+    env: dict = field(default_factory=dict)
+    kernel_record: Any = None  # callable(pids) -> dict|None, read only when a SIGKILL needs it
+
+
+# --------------------------------------------------------------------------- message patterns
+_WRAPPER = re.compile(r"^\W?Caught (\w[\w.]*) in (DataLoader worker process (\d+)|pin memory thread[^.]*)")
+_TIMEOUT = re.compile(r"^DataLoader timed out after ([\d.]+) seconds")
+_RACE_TYPES = {"FileNotFoundError", "ConnectionResetError", "ConnectionRefusedError", "EOFError",
+               "BrokenPipeError", "ConnectionAbortedError"}
+_RACE_FUNCS = {"rebuild_storage_fd", "rebuild_storage_filename", "recvfds", "detach", "_recv", "recv",
+               "_recv_bytes", "recv_bytes", "rebuild_tensor", "rebuild_cuda_tensor", "_rebuild"}
+_DIED = re.compile(r"^DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
+_KILLED = re.compile(r"^DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)")
+_EXITCODE = re.compile(r"^DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (-?\d+)")
+_PIN_DIED = re.compile(r"^Pin memory thread exited unexpectedly")
+_SHM = re.compile(r"unable to (allocate|open|write to|mmap)[^\n]*shared memory|"
+                  r"unable to write to file </torch_|"
+                  r"No space left on device[^\n]*(torch_|/dev/shm)|(torch_|/dev/shm)[^\n]*No space left on device|"
+                  r"out of shared memory", re.I)
+_SHM_GONE = re.compile(r"could not unlink the shared memory file|"
+                       r"unable to open shared memory object[^\n]*No such file or directory")
+_FD = re.compile(r"Too many open files|\[Errno 24\]|received 0 items of ancdata|EMFILE")
+_FORK_REFUSED = re.compile(r"\[Errno 11\] Resource temporarily unavailable|\[Errno 12\] Cannot allocate memory|"
+                           r"can't start new thread")
+_THREAD_REFUSED = re.compile(r"can't start new thread")
+_THREAD_FUNCS = {"start", "_start_thread", "_start_new_thread", "submit", "_adjust_thread_count", "_start"}
+_FORK_FUNCS = {"_launch", "spawnv_passfds", "_Popen", "start", "_start_thread", "fork", "fork_exec"}
+_CUDA = re.compile(r"Torch not compiled with CUDA enabled|re-initialize CUDA in forked subprocess|"
+                   r"CUDA error|Found no NVIDIA driver|No CUDA GPUs are available|"
+                   r"CUDA driver initialization failed")
+_GUARD = re.compile(r"attempt has been made to start a new process before the\s+current process has "
+                    r"finished its bootstrapping phase")
+_MAIN_ATTR = re.compile(r"Can't get attribute '([^']+)' on <module '(__main__|__mp_main__)'")
+_STDIN_MAIN = re.compile(r"No such file or directory: '[^']*<stdin>'")
+_PICKLE = re.compile(r"cannot pickle|can't pickle|Can't get local object|pickle error|"
+                     r"attribute lookup .* failed|is not picklable|PicklingError", re.I)
+_SEGV_LINE = re.compile(r"^ERROR: Unexpected (segmentation fault|floating-point exception|bus error) "
+                        r"encountered in worker", re.M)
+_TORCH_WARNING = re.compile(r"^(\S*/torch/utils/data/\S+\.py):\d+: (\w+Warning): (.*)$", re.M)
+# Only these exception types can carry a resource or CUDA failure; a ValueError that merely mentions
+# "Too many open files" is the user's own exception.
+_RESOURCE_TYPES = {"RuntimeError", "OSError", "PermissionError", "BlockingIOError", "ConnectionError",
+                   "FileNotFoundError", "MemoryError", "IOError"}
+_CUDA_TYPES = {"AssertionError", "RuntimeError", "AcceleratorError", "CudaError", "DeferredCudaCallError",
+               "OutOfMemoryError"}
+_PICKLE_TYPES = {"TypeError", "PicklingError", "AttributeError", "PickleError", "NotImplementedError"}
+_SIGNAL_WORDS = {"Killed": 9, "Segmentation fault": 11, "Bus error": 7, "Aborted": 6,
+                 "Floating point exception": 8, "Illegal instruction": 4, "Terminated": 15}
+_NATIVE_SIGNALS = {11: "SIGSEGV", 8: "SIGFPE", 6: "SIGABRT", 4: "SIGILL", 5: "SIGTRAP", 31: "SIGSYS"}
+_SIG_NAMES = {9: "SIGKILL", 7: "SIGBUS", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP", **_NATIVE_SIGNALS}
+
+
+def _signame(num: int) -> str:
+    return _SIG_NAMES.get(num, f"signal {num}")
+
+
+def _batches(n: int) -> str:
+    return f"{n} batch" if n == 1 else f"{n} batches"
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# =========================================================================== the worker-death detector
+def worker_death_kind(e) -> Optional[str]:
+    """What a single exception says about a worker death, judged by PyTorch's own messages and frames.
+
+    ``"killed"`` (killed by signal), ``"exitcode"`` (exited with a code), ``"died"`` (the generic
+    ``exited unexpectedly``), ``"race"`` (the main process failed to fetch a batch from a worker that had
+    already exited: a socket or fd of the dead worker gone), ``"pin"`` (the pin-memory thread's echo), or
+    None. ``e`` is an exception or an internal record with ``type``, ``message`` and ``traceback``.
+    """
+    if isinstance(e, BaseException):
+        e = _live_exc(e, None)
+    head = e.head
+    if _WRAPPER.match((e.message or "").strip()):
+        return None  # an exception raised inside a live worker, re-raised: no death
+    if _KILLED.match(head):
+        return "killed"
+    if _EXITCODE.match(head):
+        return "exitcode"
+    if _DIED.match(head):
+        return "died"
+    if _PIN_DIED.match(head):
+        return "pin"
+    if e.type in _RACE_TYPES and e.frames:
+        funcs = {f[2] for f in e.frames}
+        if funcs & {"rebuild_storage_fd", "rebuild_storage_filename", "recvfds"} or (
+                e.kinds & {"mp"} and funcs & _RACE_FUNCS and "loader" in e.kinds | {"torch"}):
+            return "race"
+    return None
+
+
+def is_worker_death(exc: BaseException) -> bool:
+    """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
+
+    The one detector of the lab (:class:`labutils.kit.fixes.ResilientLoader` restarts on it and the
+    diagnosis uses it): PyTorch's own ``DataLoader worker (pid ...) exited unexpectedly`` /
+    ``... is killed by signal: ...``, and the race where the main process fails to fetch a dead worker's
+    tensor (an EOFError or connection/file error raised in ``rebuild_storage_fd``/``recvfds``). An
+    exception *raised by* ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0")
+    is not a death, and neither is the pin-memory thread's message on its own.
+    """
+    chain = [e for _, e in _chain_of(exc)]
+    for e in chain:
+        if _WRAPPER.match((e.message or "").strip()):
+            return False
+        if worker_death_kind(e) in ("killed", "exitcode", "died", "race"):
+            return True
+    return False
+
+
+# =========================================================================== gathering
+def _live_exc(exc: BaseException, link: Optional[str]) -> _Exc:
+    import traceback as tb_mod
+
+    try:
+        tb = "".join(tb_mod.format_exception(type(exc), exc, exc.__traceback__, chain=False))
+    except Exception:  # noqa: BLE001 - a broken __str__ must not stop the diagnosis
+        tb = ""
+    try:
+        msg = str(exc)
+    except Exception:  # noqa: BLE001
+        msg = repr(exc)
+    return _Exc(type(exc).__qualname__, msg, tb, link, "live")
+
+
+def _chain_of(exc: BaseException) -> list:
+    out, seen, link = [], set(), None
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        out.append((exc, _live_exc(exc, link)))
+        if exc.__cause__ is not None:
+            exc, link = exc.__cause__, "cause"
+        elif exc.__context__ is not None and not exc.__suppress_context__:
+            exc, link = exc.__context__, "context"
+        else:
+            exc = None
+    return out
+
+
+#: ANSI colour and style codes: Python 3.13+ colours the tracebacks it prints when FORCE_COLOR is set, and
+#: ipykernel sets FORCE_COLOR=1 for everything a notebook kernel starts (a run from a notebook, its workers)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain_text(text: Optional[str]) -> str:
+    """``text`` without ANSI escape codes and carriage returns: what the rules read."""
+    return _ANSI.sub("", (text or "").replace("\r", ""))
+
+
+def _get(obj, name, default=None):
+    value = getattr(obj, name, default)
+    return default if value is None else value
+
+
+def _facts_from_result(result) -> _Facts:
+    facts = _Facts(source="run", outcome=result.outcome, returncode=result.returncode,
+                   main_signal=result.signal, stderr=plain_text(result.stderr),
+                   watchdog_kills=list(result.watchdog_kills or []), options=dict(result.options or {}),
+                   reason=result.reason)
+    facts.ended = [_Exc(e.type, plain_text(e.message), plain_text(e.traceback), e.link, "ended")
+                   for e in result.exceptions]
+    events = list(result.loader_events or [])
+    for ev in events:
+        kind = ev.get("event")
+        if kind in ("error", "init_error") and ev.get("chain"):
+            origin = "init" if kind == "init_error" else "next"
+            chain = [_Exc(c.get("type", "?"), c.get("message", ""), c.get("traceback", ""), c.get("link"),
+                          origin, ev.get("t")) for c in ev["chain"]]
+            facts.loader_errors.append(chain)
+    facts.iters = [ev for ev in events if ev.get("event") == "iter"]
+    progress = [ev for ev in events if ev.get("event") == "progress" and isinstance(ev.get("batches"), int)]
+    extra = getattr(result, "progress", None)
+    if isinstance(extra, (list, tuple)):
+        progress += [p for p in extra if isinstance(p, dict) and isinstance(p.get("batches"), int)]
+    per_iter: dict = {}
+    for ev in progress:  # batches delivered so far by each iterator: the last count of each, summed
+        key = ev.get("iter")
+        per_iter[key] = max(per_iter.get(key, 0), ev["batches"])
+    if isinstance(extra, int):
+        per_iter = {None: extra}
+    facts.batches = sum(per_iter.values()) if per_iter else None
+    for w in result.workers:
+        facts.workers.append(_Worker(w.pid, w.exitcode, w.role, bool(w.killed_by_watchdog),
+                                     bool(getattr(w, "killed_by_kernel_oom", False)), w.peak_rss))
+    facts.memory_limit = getattr(result, "memory_limit", None)
+    facts.stall = getattr(result, "stall", None)
+    facts.stacks = dict(getattr(result, "stacks", None) or {})
+    facts.env = dict(facts.options.get("env") or {})
+    facts.kernel_record = probes.kernel_oom_record
+    return facts
+
+
+def _find_loader_iter(excs: Iterable[BaseException]):
+    """The DataLoader iterator object in the traceback of any exception of the chain, if any."""
+    for exc in excs:
+        tb = exc.__traceback__
+        while tb is not None:
+            obj = tb.tb_frame.f_locals.get("self")
+            if obj is not None and type(obj).__name__.endswith("DataLoaderIter"):
+                return obj
+            tb = tb.tb_next
+    return None
+
+
+def _facts_from_exception(exc: BaseException) -> _Facts:
+    facts = _Facts(source="exception", outcome="failed")
+    pairs = _chain_of(exc)
+    facts.ended = [e for _, e in pairs]
+    facts.notes.append("explained from the exception chain and this process's environment only: worker "
+                       "stderr and the exit codes of workers that are gone are not available here "
+                       "(run it with labutils.run_isolated or `python -m labutils diagnose` for those)")
+    it = _find_loader_iter([e for e, _ in pairs])
+    if it is not None:
+        workers = list(getattr(it, "_workers", []) or [])
+        method = None
+        for w in workers:
+            try:
+                code = w.exitcode
+            except Exception:  # noqa: BLE001
+                code = None
+            facts.workers.append(_Worker(getattr(w, "pid", None), code))
+            method = method or getattr(type(w), "_start_method", None)
+        if workers and method is None:  # the default context: its Process class names no method
+            method = probes.default_start_method()
+        ds = getattr(it, "_dataset", None)
+        facts.live_dataset = ds
+        ds_module = type(ds).__module__ if ds is not None else None
+        codes = [w.exitcode for w in facts.workers]
+        if (method in ("spawn", "forkserver") and ds_module == "__main__"
+                and not probes.main_importable() and any(c == 1 for c in codes)):
+            facts.live_findings.append(_Finding(
+                "main_not_importable", f"workers exited with code 1 at start-up under {method}, and the "
+                f"dataset class {type(ds).__qualname__} lives in this __main__, which has no file to import "
+                "it from", conf="medium"))
+        facts.iters.append({"event": "iter", "num_workers": getattr(it, "_num_workers", None),
+                            "timeout": getattr(it, "_timeout", None), "start_method": method,
+                            "dataset": type(ds).__module__ + "." + type(ds).__qualname__ if ds is not None
+                            else None})
+    facts.env = dict(os.environ)
+    facts.kernel_record = probes.kernel_oom_record
+    return facts
+
+
+# =========================================================================== origin
+def _through_loader(e: _Exc) -> Optional[bool]:
+    """Did this exception come out of the DataLoader (its iterator, its worker start, a re-raise)?
+
+    True for what the bootstrap caught escaping ``iter()``/``next()``, for any traceback with a frame
+    of torch.utils.data, and for one through torch's tensor sharing (``torch.multiprocessing.reductions``,
+    how a worker's batch reaches the main process); False for a traceback without one; None when there
+    is no traceback at all (an exception built by hand: only its message is left to judge).
+    """
+    if e.origin in ("next", "init"):
+        return True
+    if not e.frames:
+        return None
+    if any(f[0].replace("\\", "/").endswith("torch/multiprocessing/reductions.py") for f in e.frames):
+        return True  # torch's tensor sharing between processes: the IPC every DataLoader batch goes through
+    return "loader" in e.kinds or worker_death_kind(e) == "race"
+
+
+def _is_echo_of_death(e: _Exc) -> bool:
+    return worker_death_kind(e) in ("died", "race", "pin")
+
+
+# =========================================================================== stderr, by who printed it
+def _tracebacks(text: str) -> list:
+    """``(body, last_line)`` of every Python traceback printed in ``text``.
+
+    Two processes that fail at the same moment (two spawned workers) write to one stderr, and their lines
+    interleave, each line whole (stderr is line-buffered). Two such tracebacks are mostly the same lines,
+    so within one traceback a line already seen (another ``Traceback`` header, a frame, the exception line,
+    a line of its message) is taken for the other process's copy and skipped."""
+    out = []
+    lines = text.splitlines()
+    header = "Traceback (most recent call last):"
+    i = 0
+    while i < len(lines):
+        if lines[i].strip().startswith(header):
+            indent = len(lines[i]) - len(lines[i].lstrip())
+            body, seen = [], {lines[i].strip()}
+            j = i + 1
+            while j < len(lines):
+                line = lines[j].strip()
+                if line and line in seen:
+                    pass  # the other process's copy of a line of this traceback
+                elif len(lines[j]) - len(lines[j].lstrip()) > indent or not line:
+                    body.append(lines[j])
+                    seen.add(line)
+                else:
+                    break
+                j += 1
+            # a multi-line message (the guard's text) continues on indented lines after the type line
+            first = lines[j].strip() if j < len(lines) else ""
+            last_lines = [first]
+            seen.add(first)
+            k = j + 1
+            while k < len(lines):
+                line = lines[k].strip()
+                if line and line in seen:
+                    pass
+                elif lines[k].startswith((" ", "\t")) and not line.startswith(("File ", "Traceback")):
+                    last_lines.append(line)
+                    seen.add(line)
+                else:
+                    break
+                k += 1
+            out.append(("\n".join(body), " ".join(x for x in last_lines if x)))
+            i = j + 1
+        else:
+            i += 1
+    return out
+
+
+def _printed(stderr: str) -> list:
+    """Tracebacks in stderr, each with the kind of process its frames show printed it."""
+    out = []
+    for body, last in _tracebacks(stderr):
+        if re.search(r"multiprocessing[/\\](spawn|forkserver)\.py\", line \d+, in (_main|spawn_main|main)",
+                     body):
+            who = "child_start"
+        elif re.search(r"torch[/\\]utils[/\\]data[/\\]_utils[/\\]worker\.py", body):
+            who = "worker"
+        elif re.search(r"multiprocessing[/\\](queues|resource_sharer)\.py\", line \d+, in (_feed|_serve)", body):
+            who = "feeder"
+        elif re.search(r"multiprocessing[/\\]process\.py\", line \d+, in _bootstrap", body):
+            who = "mp_child"
+        else:
+            who = "other"
+        out.append(_Printed(who, body, last))
+    return out
+
+
+_WHO = {"child_start": "a spawned child printed while starting", "worker": "a worker printed",
+        "feeder": "a multiprocessing helper thread (queue feeder, fd sharer) printed",
+        "mp_child": "a child process printed"}
+
+
+
+# =========================================================================== printed chains
+_TR_WORKER_LINE = re.compile(r"ERROR: Unexpected (segmentation fault|floating-point exception|bus error) "
+                             r"encountered in worker")
+_TR_LINK = {"The above exception was the direct cause of the following exception:": "cause",
+            "During handling of the above exception, another exception occurred:": "context"}
+
+
+def _last_printed_chain(text: str) -> list:
+    """The last exception chain Python printed in ``text``, as ``_Exc`` (the one that ended it first)."""
+    lines = text.splitlines()
+    starts = [i for i, ln in enumerate(lines) if ln.strip() == "Traceback (most recent call last):"]
+    if not starts:
+        return []
+    first = starts[-1]
+    for i in reversed(starts[:-1]):  # walk back over tracebacks joined by "The above exception ..."
+        if not any(ln.strip() in _TR_LINK for ln in lines[i:first]):
+            break
+        first = i
+    segments, links, cur = [], [], None
+    for ln in lines[first:]:
+        if ln.strip() == "Traceback (most recent call last):":
+            cur = {"frames": [], "message": []}
+            segments.append(cur)
+        elif ln.strip() in _TR_LINK:
+            links.append(_TR_LINK[ln.strip()])
+            cur = None
+        elif cur is not None:
+            if not cur["message"] and (ln.startswith((" ", "\t")) or not ln.strip()):
+                cur["frames"].append(ln)
+            else:
+                cur["message"].append(ln)
+    chain = []
+    for seg in segments:
+        msg = "\n".join(seg["message"]).strip()
+        head = msg.splitlines()[0] if msg else ""
+        kind, sep, rest = head.partition(":")
+        kind = kind.strip().rsplit(".", 1)[-1]
+        if not sep and re.fullmatch(r"\w+", head.strip()):
+            kind, rest = head.strip().rsplit(".", 1)[-1], ""
+        elif not kind or " " in kind:
+            kind, rest = "?", head
+        message = "\n".join([rest.strip(), *msg.splitlines()[1:]]).strip()
+        tb = "\n".join(["Traceback (most recent call last):", *seg["frames"], msg])
+        chain.append(_Exc(kind, message, tb, None, "ended"))
+    chain.reverse()  # printed oldest first; the one that ended the rank is first here
+    for n in range(1, len(chain)):
+        chain[n].link = links[len(chain) - 1 - n] if len(chain) - 1 - n < len(links) else "cause"
+    return chain
+
+
+def _worker_pids_named(chain: list) -> list:
+    pids: list = []
+    for e in chain:
+        for regex in (_KILLED, _EXITCODE):
+            m = regex.match(e.head)
+            if m and int(m.group(1)) not in pids:
+                pids.append(int(m.group(1)))
+        m = _DIED.match(e.head)
+        if m:
+            pids += [int(p) for p in m.group(1).replace(" ", "").split(",") if p and int(p) not in pids]
+    return pids
+
+

@@ -1,0 +1,428 @@
+"""The rules: what one exception, one printed traceback, one exit status or one memory record says about
+the cause, each as a finding with its confidence."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterable, Optional
+
+from .causes import LOADER_CAUSES
+from .evidence import (
+    _CUDA,
+    _CUDA_TYPES,
+    _DIED,
+    _EXITCODE,
+    _FD,
+    _FORK_FUNCS,
+    _FORK_REFUSED,
+    _GUARD,
+    _KILLED,
+    _MAIN_ATTR,
+    _NATIVE_SIGNALS,
+    _PICKLE,
+    _PICKLE_TYPES,
+    _PIN_DIED,
+    _RESOURCE_TYPES,
+    _SHM,
+    _SHM_GONE,
+    _SIGNAL_WORDS,
+    _STDIN_MAIN,
+    _THREAD_FUNCS,
+    _THREAD_REFUSED,
+    _TIMEOUT,
+    _TORCH_WARNING,
+    _WHO,
+    _WRAPPER,
+    _Exc,
+    _Facts,
+    _Finding,
+    _frame_kind,
+    _frames,
+    _inner_line,
+    _inner_traceback,
+    _printed,
+    _short,
+    _signame,
+    _through_loader,
+    worker_death_kind,
+)
+
+
+# =========================================================================== rules for one exception
+def _classify(e: _Exc, where: str, single_process: bool) -> list:
+    """Findings from one exception that came through the loader (or whose origin is unknown)."""
+    msg = e.message or ""
+    head = e.head
+    bare = _through_loader(e) is None
+    conf = "medium" if bare else "high"
+    m = _WRAPPER.match(msg.strip())
+    if m:
+        return [_classify_wrapper(e, m, where, conf)]
+    if _TIMEOUT.match(head):
+        return [_Finding("timeout", f"{where}: {e.type}: {_short(head)}", conf)]
+    kind = worker_death_kind(e)
+    if kind == "race":
+        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} - raised while receiving a batch from "
+                         "a worker that had already exited (its end of the fd-passing socket is gone): an echo "
+                         "of the worker's death; its exit status says why", "low", echo=True)]
+    if kind == "killed":
+        km = _KILLED.match(head)
+        word = km.group(2).strip()
+        sig = next((n for w, n in _SIGNAL_WORDS.items() if word.startswith(w)), None)
+        text = f"{where}: PyTorch reports worker pid {km.group(1)} killed by signal: {word}"
+        cause = _cause_for_signal(sig) if sig else "worker_exit"
+        if sig == 9:  # PyTorch saw a SIGKILL; whether it was for memory needs memory evidence
+            return [_Finding(cause, text + " (SIGKILL: the OOM killer's signal, and also that of kill -9 and "
+                             "preemptions)", "low", variant="no_memory_evidence", pid=int(km.group(1)))]
+        return [_Finding(cause, text, conf, detail=str(sig or ""),
+                         variant="sigterm" if sig == 15 else None, pid=int(km.group(1)))]
+    if kind == "exitcode":
+        em = _EXITCODE.match(head)
+        return [_Finding("worker_exit", f"{where}: PyTorch reports worker pid {em.group(1)} exited with exit "
+                         f"code {em.group(2)}", "medium", detail=f"code {em.group(2)}")]
+    if kind == "died":
+        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} (the generic message: an echo of the "
+                         "death; the reason is in the chain below it and in the worker exit status)", "low",
+                         echo=True)]
+    if kind == "pin":
+        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} (the pin-memory thread stopped because "
+                         "a worker or the loader failed first: an echo)", "low", echo=True)]
+    funcs = {f[2] for f in e.frames}
+    spawn_frames = bool(e.kinds & {"mp"})
+    if _GUARD.search(msg) and (bare or spawn_frames):
+        return [_Finding("missing_main_guard", f"{where}: {e.type}: {_short(head)}", conf)]
+    if _MAIN_ATTR.search(msg) and (bare or spawn_frames) and e.raised_in != "user":
+        return [_Finding("main_not_importable", f"{where}: {e.type}: {_short(head)}", conf)]
+    if (e.type in _RESOURCE_TYPES and _FORK_REFUSED.search(msg)
+            and (bare or (spawn_frames and funcs & _FORK_FUNCS)
+                 or (_THREAD_REFUSED.search(msg) and funcs & _THREAD_FUNCS))):
+        thread = "thread" in msg
+        return [_Finding("fork_refused", f"{where}: {e.type}: {_short(head)} - the kernel refused a new "
+                         + ("thread" if thread else "process") + " for the DataLoader", conf,
+                         variant="thread" if thread else None)]
+    if e.type in _RESOURCE_TYPES and _SHM_GONE.search(msg):
+        return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)} - the file of a batch in flight "
+                         "was gone from /dev/shm (deleted under the loader, not a full /dev/shm)", conf,
+                         variant="removed")]
+    if e.type in _RESOURCE_TYPES and _SHM.search(msg):
+        return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)}", conf)]
+    if e.type in _RESOURCE_TYPES and _FD.search(msg):
+        if e.raised_in in ("user", "lib") and "mp" not in e.kinds:
+            line = next((f for f in reversed(e.frames) if f[3] in ("user", "lib")), None)
+            at = f" at {os.path.basename(line[0])}:{line[1]} in {line[2]}" if line else ""
+            return [_Finding("fd_limit", f"{where}: {e.type}: {_short(head)} - raised by the Dataset's own "
+                             f"file opening{at}", conf, variant="user_leak",
+                             detail=f"{line[2]}: {line[4]}" if line else "")]
+        return [_Finding("fd_limit", f"{where}: {e.type}: {_short(head)}", conf)]
+    if e.type in _CUDA_TYPES and _CUDA.search(msg):
+        return [_Finding("cuda_in_worker", f"{where}: {e.type}: {_short(head)}"
+                         + (" (CUDA touched by the Dataset in the main process, num_workers=0)"
+                            if single_process and not bare else ""), conf)]
+    if (e.type in _PICKLE_TYPES and _PICKLE.search(msg)
+            and (bare or (spawn_frames and funcs & {"dump", "dumps", "_launch", "start", "__init__", "_Popen",
+                                                   "reduce", "_send", "send"} and e.raised_in != "user"))):
+        return [_Finding("unpicklable_dataset", f"{where}: {e.type}: {_short(head)} (raised while sending "
+                         "the dataset/collate_fn/worker_init_fn to a new worker)", conf)]
+    return []
+
+
+def _classify_wrapper(e: _Exc, m, where: str, conf: str) -> _Finding:
+    inner_type, place = m.group(1), m.group(2)
+    inner = _inner_line(e.message)
+    inner_frames = [f for f in _frames(_inner_traceback(e.message)) if f[3] != "boot"]
+    said = f"{where}: {e.type} 'Caught {inner_type} in {place}' - inner error: {_short(inner)}"
+    if inner_type in _RESOURCE_TYPES and _THREAD_REFUSED.search(inner):
+        return _Finding("fork_refused", said + " (the kernel refused a thread the worker's code started)", conf,
+                        variant="thread")
+    if inner_type in _RESOURCE_TYPES and _SHM.search(inner):
+        return _Finding("shm_exhausted", said + " (a shared-memory allocation failed in the worker)", conf)
+    if inner_type in _RESOURCE_TYPES and _FD.search(inner):
+        last = inner_frames[-1] if inner_frames else None
+        if last is not None and last[3] in ("user", "lib") and not any(f[3] == "mp" for f in inner_frames):
+            return _Finding("fd_limit", said + f" (raised at {os.path.basename(last[0])}:{last[1]} in "
+                            f"{last[2]}: the Dataset's own code opening files, not the loader's IPC)", conf,
+                            variant="user_leak", detail=f"{last[2]}: {last[4]}" if last[4] else last[2])
+        return _Finding("fd_limit", said + " (the worker ran out of file descriptors)", conf)
+    if inner_type in _CUDA_TYPES and _CUDA.search(inner):
+        return _Finding("cuda_in_worker", said + " (CUDA used inside a DataLoader worker)", conf)
+    return _Finding("worker_exception", said, conf, detail=_short(inner, 120))
+
+
+def _cause_for_signal(sig: Optional[int]) -> str:
+    if sig == 9:
+        return "oom_killed"
+    if sig == 7:
+        return "shm_exhausted"
+    if sig in _NATIVE_SIGNALS:
+        return "native_crash"
+    return "worker_exit"
+
+
+def _stderr_findings(facts: _Facts) -> list:
+    """Findings from tracebacks that child processes printed (each says which kind of process)."""
+    found, seen = [], set()
+    for p in _printed(facts.stderr):
+        if p.who == "other" or not p.last:
+            continue
+        text, cause = p.last, None
+        if _THREAD_REFUSED.search(text) and p.who in ("worker", "feeder", "mp_child", "child_start"):
+            cause = "fork_refused"  # a thread the process needed: its queue feeder, the fd sharer, its own
+        elif _GUARD.search(text):
+            cause = "missing_main_guard"
+        elif _MAIN_ATTR.search(text) and p.who == "child_start":
+            cause = "main_not_importable"
+        elif _STDIN_MAIN.search(text) and p.who == "child_start":
+            cause = "main_not_importable"
+        elif _SHM.search(text):
+            cause = "shm_exhausted"
+        elif _FD.search(text):
+            cause = "fd_limit"
+        elif _CUDA.search(text) and p.who in ("worker", "child_start", "mp_child"):
+            cause = "cuda_in_worker"
+        elif _PICKLE.search(text) and p.who in ("child_start", "feeder"):
+            cause = "unpicklable_dataset"
+        elif p.who == "child_start":
+            cause = "worker_exit"
+        if cause is None or (cause, text) in seen:
+            continue
+        seen.add((cause, text))
+        variant = "startup" if cause == "worker_exit" else "thread" if cause == "fork_refused" else None
+        found.append(_Finding(cause, f"stderr: {_WHO[p.who]}: {_short(text)}" + (
+            " - the kernel refused a thread the process needed" if cause == "fork_refused" else ""), "medium",
+            detail=text if cause == "worker_exit" else "", variant=variant))
+    for m in _TORCH_WARNING.finditer(facts.stderr):
+        path, category, text = m.groups()
+        if re.search(r"Got pickle error when attempting to start a worker Process", text):
+            found.append(_Finding("unpicklable_dataset", f"stderr: {category} from {os.path.basename(path)} "
+                                  f"(torch.utils.data): {_short(text)}", "medium"))
+            break
+    return found
+
+
+# =========================================================================== worker statuses and memory
+def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> Optional[str]:
+    """Why we believe a SIGKILL of ``pid`` was for memory, or None when nothing says so."""
+    for k in facts.watchdog_kills:
+        if (main and k.get("main")) or (not main and k.get("pid") == pid):
+            return (f"the lab's memory watchdog SIGKILLed it at {(k.get('rss') or 0) / 2**20:.0f} MiB RSS "
+                    f"(budget {(k.get('budget') or 0) / 2**20:.0f} MiB) - its stand-in for the kernel OOM killer")
+    w = next((w for w in facts.workers if w.pid == pid), None)
+    if w is not None and w.watchdog:
+        return "the lab's memory watchdog SIGKILLed it (its stand-in for the kernel OOM killer)"
+    ml = facts.memory_limit or {}
+    rec = ml.get("kernel_record") if isinstance(ml, dict) else None
+    if w is not None and w.kernel_oom and not rec:
+        return "the kernel's OOM killer killed it (the run's cgroup recorded the kill)"
+    if isinstance(rec, dict) and (rec.get("oom_kill") or 0) > 0:
+        killed, named = kernel_killed(facts)
+        if (pid in killed) or main and rec.get("main_killed") or (not killed and not main):
+            how = ("the kernel log names this pid" if named else
+                   "the run's memory cgroup counted the kill as it died by SIGKILL; the kernel log was not "
+                   "readable to name the pid")
+            return (f"the kernel's OOM killer: the run's memory cgroup records oom_kill {rec.get('oom_kill')} "
+                    f"({how}; limit {(ml.get('limit') or 0) / 2**20:.0f} MiB)")
+    limit = ml.get("limit") if isinstance(ml, dict) else None
+    if limit and w is not None and w.peak_rss and w.peak_rss >= 0.8 * limit:
+        return (f"its memory climbed to {w.peak_rss / 2**20:.0f} MiB RSS, near the run's limit of "
+                f"{limit / 2**20:.0f} MiB")
+    if facts.kernel_record is not None and pid:
+        try:
+            rec = facts.kernel_record([pid])
+        except Exception:  # noqa: BLE001 - a probe never breaks a diagnosis
+            rec = None
+        if rec:
+            return f"the kernel log names it: {_short((rec.get('lines') or [''])[0], 140)}"
+    return None
+
+
+def kernel_killed(facts: _Facts) -> tuple:
+    """(pids the kernel's OOM killer killed, whether the kernel log named them).
+
+    The kernel log's ``Killed process N`` lines name the pid; without them the runner guessed, from the
+    order in which processes died while the cgroup's ``oom_kill`` counter rose, and that guess can land on
+    a worker that the loader stopped a moment later (exit -15, or 0). The guess is kept only for pids that
+    died by SIGKILL; when it names none of them, the run's SIGKILLed workers are the ones, if there are no
+    more of them than the counter's kills."""
+    ml = facts.memory_limit if isinstance(facts.memory_limit, dict) else {}
+    rec = ml.get("kernel_record") if isinstance(ml.get("kernel_record"), dict) else {}
+    pids = list(rec.get("killed_pids") or [])
+    if not rec:  # no record of the kernel's own: the runner's flag per process is all there is
+        return {w.pid for w in facts.workers if w.kernel_oom}, False
+    if rec.get("killed_pids_from") == "dmesg":
+        return set(pids), True
+    codes = {w.pid: w.exitcode for w in facts.workers}
+    sigkilled = {p for p, c in codes.items() if c == -9}
+    kept = {p for p in pids if codes.get(p) in (-9, None) and (p in sigkilled or p not in codes)}
+    if kept:
+        return kept, False
+    count = rec.get("oom_kill") or 0
+    if sigkilled and len(sigkilled) <= count:
+        return sigkilled, False
+    return set(), False
+
+
+_OTHER_SIGKILL = ("a `kill -9`, a scheduler's preemption (SLURM, Kubernetes), `timeout -s KILL`, the "
+                  "kernel OOM killer")
+
+
+def _worker_findings(facts: _Facts) -> list:
+    found = []
+    for w in facts.workers:
+        if w.exitcode is None or w.exitcode == 0:
+            continue
+        who = "DataLoader worker" if w.role == "dataloader_worker" else "child process"
+        if w.exitcode < 0:
+            sig = -w.exitcode
+            text = f"{who} pid {w.pid}: killed by {_signame(sig)}"
+            cause = _cause_for_signal(sig)
+            if sig == 9:
+                why = _memory_evidence(facts, w.pid)
+                if why:
+                    found.append(_Finding("oom_killed", f"{text} - {why}", "high", pid=w.pid))
+                else:
+                    found.append(_Finding("oom_killed", f"{text}; no memory evidence recorded (no watchdog kill, "
+                                          "no kernel OOM record): any of " + _OTHER_SIGKILL + " may have sent "
+                                          "it", "low", variant="no_memory_evidence", pid=w.pid))
+            elif sig == 15:
+                found.append(_Finding("worker_exit", f"{text} (SIGTERM: sent from outside the worker, or by the "
+                                      "DataLoader's own shutdown of a worker that did not stop)", "low",
+                                      variant="sigterm", detail="15"))
+            else:
+                found.append(_Finding(cause, text, "high", detail=str(sig)))
+        elif w.exitcode == 1:  # what Python exits with after an uncaught exception: a traceback is missing
+            found.append(_Finding("worker_exit", f"{who} pid {w.pid}: exited with code 1 (no signal; 1 is also "
+                                  "the status of a Python process that died of an uncaught exception, whose "
+                                  "traceback would be on stderr)", "medium", detail="code 1"))
+        else:
+            found.append(_Finding("worker_exit", f"{who} pid {w.pid}: exited with code {w.exitcode} "
+                                  "(no signal: the worker's own exit)", "high" if w.role == "dataloader_worker"
+                                  else "medium", detail=f"code {w.exitcode}"))
+    worker_pids = {w.pid for w in facts.workers}
+    for k in facts.watchdog_kills:
+        if k.get("main"):
+            continue
+        if k.get("pid") not in worker_pids:
+            found.append(_Finding("oom_killed", f"pid {k.get('pid')} SIGKILLed by the lab's memory watchdog at "
+                                  f"{(k.get('rss') or 0) / 2**20:.0f} MiB RSS (budget "
+                                  f"{(k.get('budget') or 0) / 2**20:.0f} MiB)", "high"))
+    return found
+
+
+def _main_signal_findings(facts: _Facts) -> list:
+    sig = facts.main_signal
+    if facts.outcome != "failed" or not sig:
+        return []
+    if sig == 9:
+        why = _memory_evidence(facts, None, main=True)
+        if why:
+            return [_Finding("oom_killed", f"main process killed by SIGKILL - {why}", "high")]
+        return [_Finding("oom_killed", "main process killed by SIGKILL; no memory evidence recorded: any of "
+                         + _OTHER_SIGKILL + " may have sent it", "low", variant="no_memory_evidence")]
+    if sig in _NATIVE_SIGNALS or sig == 7:
+        return [_Finding("_main_native", f"main process killed by {_signame(sig)} (native code crashed in the "
+                         "main process)", "high", detail=str(sig))]
+    return [_Finding("_main_stopped", f"main process killed by {_signame(sig)}", "high", detail=str(sig))]
+
+
+def _stall_findings(facts: _Facts) -> list:
+    found = []
+    if facts.stall:
+        s = facts.stall
+        found.append(_Finding("hang", f"no batch for {s.get('idle_s', s.get('limit', '?'))} s while workers were "
+                              f"alive (stall limit {s.get('limit')} s), after {s.get('batches', '?')} batches: "
+                              "the runner stopped it", "high"))
+    elif facts.outcome == "timed_out":
+        found.append(_Finding("hang", f"no result before the run's time limit: {facts.reason or 'timed out'}",
+                              "low"))
+    if facts.outcome == "timed_out" or facts.stall:
+        where = _stuck_where(facts.stderr)
+        if where:
+            found.append(_Finding("hang", where, "medium"))
+    return found
+
+
+def _stuck_where(stderr: str) -> str:
+    """What the faulthandler dump taken before the runner's kill says the main process was doing."""
+    dump = stderr[stderr.rfind("most recent call first"):] if "most recent call first" in stderr else ""
+    if not dump:
+        return ""
+    if re.search(r"in (_try_get_data|_get_data|_next_data)\b", dump):
+        return ("faulthandler dump: the main process was waiting for a batch from the workers "
+                "(DataLoader _try_get_data), and none came")
+    if re.search(r"in _launch", dump):
+        return "faulthandler dump: the main process was blocked starting a worker (sending it the dataset)"
+    m = re.search(r'File "([^"]+)", line (\d+) in (\w+)', dump)
+    return f"faulthandler dump: the main process was in {m.group(3)} ({m.group(1)}:{m.group(2)})" if m else ""
+
+
+def _stack_lines(facts: _Facts) -> list:
+    """One line per stack the runner dumped on a stall: the innermost frame of each process."""
+    lines = []
+    for pid, text in list(facts.stacks.items())[:8]:
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', text or "")
+        if frames:
+            path, line, func = frames[0]  # faulthandler prints the innermost frame first
+            user = next((f for f in frames if _frame_kind(f[0]) == "user"), None)
+            extra = f", called from {os.path.basename(user[0])}:{user[1]} in {user[2]}" if user and \
+                user != frames[0] else ""
+            lines.append(f"stack of pid {pid}: in {func} ({os.path.basename(path)}:{line}){extra}")
+    return lines
+
+
+# =========================================================================== texts left unexplained
+_ANY_LOADER = frozenset(LOADER_CAUSES)
+_STARTUP_GUARD = re.compile(r"bootstrapping phase")
+
+
+def _text_causes(e: _Exc) -> Optional[frozenset]:
+    """The causes that account for one DataLoader error text; None when the text is no DataLoader error."""
+    head, msg = e.head, (e.message or "").strip()
+    m = _WRAPPER.match(msg)
+    if m:
+        return frozenset({_classify_wrapper(e, m, "", "high").cause})
+    if _THREAD_REFUSED.search(msg):
+        return frozenset({"fork_refused"})
+    if _TIMEOUT.match(head):
+        return frozenset({"timeout"})
+    km = _KILLED.match(head)
+    if km:
+        sig = next((n for w, n in _SIGNAL_WORDS.items() if km.group(2).strip().startswith(w)), None)
+        causes = {_cause_for_signal(sig)}
+        if sig in (9, 15):  # the runner's own stop of a stuck run, or a launcher's SIGTERM
+            causes |= {"hang", "timeout", "worker_exit", "oom_killed"}
+        return frozenset(causes)
+    if _EXITCODE.match(head) or _DIED.match(head) or _PIN_DIED.match(head):
+        return _ANY_LOADER  # an echo: any death of a worker or failure of the loader accounts for it
+    if _STARTUP_GUARD.search(msg):
+        return frozenset({"missing_main_guard"})
+    if _MAIN_ATTR.search(msg):
+        return frozenset({"main_not_importable", "missing_main_guard"})
+    return None
+
+
+def _record_texts(facts: _Facts, tree: list) -> list:
+    """The DataLoader error texts the record holds where a process raised or printed them: the chain that
+    ended the script, the chains that escaped the loader, each child's chain, and the last line of each
+    traceback a child process printed (stderr lines that are no process's traceback are not counted)."""
+    chains = [facts.ended, *facts.loader_errors, *[n.chain for n in tree if n.chain]]
+    excs = [e for c in chains for e in c if _through_loader(e) is not False]  # raised where it counts
+    for p in _printed(facts.stderr):
+        if p.who != "other" and p.last:
+            kind, _, rest = p.last.partition(": ")
+            excs.append(_Exc(kind.rsplit(".", 1)[-1], rest or p.last, "", None, "ended"))
+    out, seen = [], set()
+    for e in excs:
+        causes = _text_causes(e)
+        text = _short(f"{e.type}: {e.head}", 160)
+        if causes is not None and text not in seen:
+            seen.add(text)
+            out.append((text, causes))
+    return out
+
+
+def _unexplained(cause: str, facts: _Facts, tree: list, survived: Iterable = ()) -> list:
+    """Texts of :func:`_record_texts` that ``cause`` does not account for (``survived``: the texts of
+    errors the script caught and went on from, listed as such, not unexplained)."""
+    skip = set(survived)
+    return [t for t, causes in _record_texts(facts, tree) if cause not in causes and t not in skip]

@@ -1,0 +1,21 @@
+"""Train in a process started by torch.multiprocessing.spawn; it loads records with 2 workers.
+
+One record is cut short, and the decoder (a stand-in for a C library) segfaults on it in a worker: the
+worker is a grandchild of this script, and the error reaches the script through the rank that owned it.
+"""
+
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader
+from tree_records import Records, make_records
+
+
+def train(rank, bad):
+    total = 0.0
+    loader = DataLoader(Records(make_records(bad=bad)), batch_size=8, num_workers=2)
+    for batch in loader:
+        total += batch.mean().item()
+    print(f"rank {rank}: mean {total:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    mp.spawn(train, args=(29,), nprocs=1, join=True)
