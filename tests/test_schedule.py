@@ -143,7 +143,9 @@ def test_a_semaphore_left_by_the_sessions_process_fails_the_session_with_its_nam
     result.stdout.fnmatch_lines_random([f"/dev/shm/{name}: made by pid * (*python -c import multiprocessing*), "
                                         "during test_leak.py::test_leak (call)",
                                         f"{folder}: made by pid *, during test_leak.py::test_leak (call)",
-                                        "labutils: 2 file(s) made by this session's processes are still there*"])
+                                        "labutils: 1 file(s) in /dev/shm made by this session's processes are "
+                                        "still there*",
+                                        "labutils: 1 file(s) or folder(s) in /tmp * (listed, not failed)"])
 
 
 def test_a_neighbours_semaphore_is_not_blamed(pytester, monkeypatch):
@@ -172,3 +174,25 @@ def test_a_notebook_kernel_is_stopped_as_jupyter_does_so_its_semaphores_go(pytes
     if not gone:  # the test's own notebook made it: remove it before failing
         os.unlink(os.path.join("/dev/shm", name))
     assert result.ret == 0 and gone, result.stdout.str()
+
+
+def test_a_folder_left_in_tmp_alone_is_listed_but_does_not_fail(pytester, monkeypatch):
+    """/tmp leftovers are reported, not failed, while the runs' own temp files still go to /tmp."""
+    monkeypatch.delenv("LABUTILS_SESSION_LEDGER", raising=False)  # this session's own check stays outside
+    monkeypatch.delenv("LABUTILS_SHM_LEDGER", raising=False)
+    monkeypatch.setenv("PYTHONPATH", ROOT)
+    pytester.makepyfile(test_tmp="""
+import subprocess, sys
+def test_tmp():
+    made = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp(prefix='lab-leak-tmp-'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    open("made.txt", "w").write(made)
+""")
+    result = pytester.runpytest_subprocess("-p", "labutils.testing.pytest_plugin", "-p", "no:cacheprovider")
+    made = (pytester.path / "made.txt").read_text()
+    try:
+        assert os.path.isdir(made), "the test made no folder: it proves nothing"
+        assert result.ret == 0, result.stdout.str()
+        result.stdout.fnmatch_lines([f"{made}: made by pid *", "*(listed, not failed)"])
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
