@@ -440,8 +440,14 @@ def _run_target(cfg: dict) -> tuple:
             print(exc.code, file=sys.stderr)
             code = 1
     except BaseException as exc:  # noqa: BLE001 - report everything, like the interpreter would
-        with open(os.path.join(RUN_DIR, _rd.EXC), "w", encoding="utf-8") as fh:
-            json.dump(_chain(exc), fh, default=repr)
+        _quiet_sigchld()
+        for _ in range(3):  # a worker's death reported by PyTorch's handler inside this report: write it again
+            try:
+                with open(os.path.join(RUN_DIR, _rd.EXC), "w", encoding="utf-8") as fh:
+                    json.dump(_chain(exc), fh, default=repr)
+                break
+            except Exception:  # noqa: BLE001, S112
+                continue
         traceback.print_exception(type(exc), exc, exc.__traceback__)
         code = 1
         # The traceback's frames keep the failed DataLoader iterator alive in a cycle; collected later,
@@ -449,6 +455,17 @@ def _run_target(cfg: dict) -> tuple:
         traceback.clear_frames(exc.__traceback__)
         del exc
     return code, namespace
+
+
+def _quiet_sigchld() -> None:
+    """The script has failed: PyTorch's SIGCHLD handler must not raise again, for another worker's exit,
+    while the failure is being written down (it runs on any SIGCHLD, wherever the main thread is)."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    except (ValueError, OSError):  # not the main thread
+        pass
 
 
 def exit_now(code: int) -> None:
