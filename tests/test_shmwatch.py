@@ -52,7 +52,9 @@ def test_peak_meter_sees_a_real_file(no_leaks):
                 pass
         finally:
             os.unlink(path)
-    assert 4 * MiB <= meter.peak < 8 * MiB
+    # the meter reads the whole /dev/shm: a neighbour's file removed meanwhile lowers it (seen once in a full
+    # run: 4190208 bytes, one page short of the 4 MiB written), so the lower bound leaves 256 KiB for that
+    assert 4 * MiB - 256 * 1024 <= meter.peak < 8 * MiB
 
 
 @pytest.mark.skipif(not HAS_SHM, reason="no /dev/shm on this platform")
