@@ -1,7 +1,8 @@
 """Confidence that means something: on the project's own scenarios, a wrong answer is never `high`.
 
 Each broken scenario script (every cause, and the launcher and thread-refusal scenarios) runs once, isolated
-and real. Its record is then damaged the ways a real run damages it: an evidence file of the run directory
+and real: the same run the scenario tests read (the session's ``scenario_runs``, conftest.py). Its record is
+then damaged the ways a real run damages it: an evidence file of the run directory
 lost (the exit statuses of ``final.json``/``exits.jsonl``, ``loader.jsonl``, ``exc.json``, ``procs.jsonl``,
 the kernel's and the watchdog's memory records), stderr cut (to its first half, to its last lines, or gone).
 Each damaged record is explained again. Where the answer is no longer the scenario's cause, its confidence
@@ -16,7 +17,7 @@ import copy
 import pytest
 
 from labutils import explain
-from labutils.runner.isolate import private_shm_support, run_isolated
+from labutils.runner.isolate import private_shm_support
 from labutils.scenarios import LAUNCH_SCENARIOS, SCENARIOS
 
 ALL = {**{k: v for k, v in SCENARIOS.items() if k != "ok"}, **LAUNCH_SCENARIOS}
@@ -73,14 +74,12 @@ def provoked(result, name):
 
 
 @pytest.mark.parametrize("name", list(ALL))
-def test_no_wrong_answer_is_high(name):
+def test_no_wrong_answer_is_high(name, scenario_runs):
     sc = ALL[name]
     opts = sc.options("broken")
     if opts.shm_size and private_shm_support()[0] is None:
         pytest.skip("a private /dev/shm cannot be mounted here")
-    result = run_isolated(file=sc.path("broken"), sample_interval=0.5, **opts.kwargs())
-    if result.outcome == "unsupported":
-        pytest.skip(result.reason)
+    result = scenario_runs.result(sc, "broken")  # skipped where the run could not start
     assert result.diagnosis.cause == sc.expected, result.diagnosis  # the undamaged record is named right
     wrong = []
     for how in PROVOCATIONS:

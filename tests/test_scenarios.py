@@ -2,11 +2,13 @@
 
 The broken script of each scenario is diagnosed once (``--lab-repeat 3`` for a nightly job: the cause
 must not depend on timing), the fixed script once (it must be `ok`); those runs go through the diagnose
-command's own entry point in this process, so they start from the warm launcher where it applies. Each
-broken script is also diagnosed by the real command line in a fresh process (cold), and the two
-diagnoses must agree. Each run is a real isolated process: a real segfault, a real
-SIGKILL under the memory budget (the kernel's OOM killer in a cgroup of the run where the OS allows it,
-else the lab's watchdog), a real 8 MiB /dev/shm, a real RLIMIT_NOFILE. Every scenario runs under the
+command's own entry point in this process, so they start from the warm launcher where it applies, and
+each is made once per session (the ``scenario_runs`` fixture of conftest.py: the damaged-record tests of
+test_diagnose_provoked read the same runs). Broken scripts are also diagnosed by the real command line
+in a fresh process (cold), and the two diagnoses must agree: one cold check for each thing a fresh
+interpreter does differently (see ``COLD_CHECKS``). Each run is a real isolated process: a real segfault,
+a real SIGKILL under the memory budget (the kernel's OOM killer in a cgroup of the run where the OS allows
+it, else the lab's watchdog), a real 8 MiB /dev/shm, a real RLIMIT_NOFILE. Every scenario runs under the
 suite's default start method and each extra one the lab's pytest plugin asks for (``lab_start_method``).
 """
 
@@ -21,7 +23,23 @@ from labutils.lab.tour import SCENARIOS
 from labutils.runner.isolate import private_shm_support
 
 PY = sys.executable
-_RUNS: dict = {}  # (cause, which, start method) -> the first warm diagnosis: shared by the tests below
+
+#: Scenarios the warm launcher refuses (a memory budget, a private /dev/shm, a process limit): their run in
+#: the scenario test is already a cold launch, so a second cold run would compare cold with cold.
+ALWAYS_COLD = [k for k, sc in SCENARIOS.items()
+               if sc.broken_options.memory_budget or sc.broken_options.shm_size or sc.broken_options.max_processes]
+#: What a fresh interpreter does differently from a child of the warm template, and the scenario that
+#: shows each: the healthy run; the lab's records of a worker's exception, exit status and signal (written
+#: by the bootstrap, not the template); the script as a real ``__main__`` file that spawn workers import
+#: again (and a dataset they unpickle), or a fileless one; the open-files limit and the descriptors a run
+#: starts with; the batch counter the stall watch reads, and the threads alive when workers are forked;
+#: torch's lazy CUDA state; a failure in the main process. ``timeout`` is left out: its workers are forked
+#: while a thread holds a lock, as in ``hang`` (checked), and PyTorch's own timeout error is recorded like
+#: any exception of the main process (``outside_loader``, checked); its cold run would cost 8 s of PyTorch
+#: waiting for the stuck worker at shutdown.
+COLD_CHECKS = ["ok", "worker_exception", "worker_exit", "native_crash", "missing_main_guard",
+               "unpicklable_dataset", "main_not_importable", "fd_limit", "hang", "cuda_in_worker",
+               "outside_loader"]
 
 
 def _torch_has_cuda() -> bool:
@@ -34,9 +52,10 @@ def _torch_has_cuda() -> bool:
 
 
 def diagnose(scenario, which, lab_start_method=None):
+    """The real command line in a fresh process; its own default launcher (cold)."""
     opts = scenario.options(which)
     cmd = [PY, "-m", "labutils", "diagnose", "--json", *opts.cli_args(), scenario.path(which)]
-    env = dict(os.environ)
+    env = dict(os.environ)  # the session's own default start method unless one is given
     if lab_start_method is not None:
         env["LABUTILS_START_METHOD"] = lab_start_method  # the default start method of the run
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=opts.timeout + 120, env=env)
@@ -45,30 +64,6 @@ def diagnose(scenario, which, lab_start_method=None):
     assert done.returncode in (0, 1), done.stderr
     data = json.loads(done.stdout)
     assert {"cause", "summary", "evidence", "fixes", "outcome", "exit", "workers"} <= set(data)
-    return data
-
-
-def diagnose_here(scenario, which, lab_start_method, monkeypatch, capsys, cache=True):
-    """The diagnose command's entry point in this process (``--launcher auto``: the warm launcher)."""
-    from labutils.diagnosis.cli import diagnose_main
-
-    key = (scenario.id, which, lab_start_method)
-    if cache and key in _RUNS:
-        return _RUNS[key]
-    opts = scenario.options(which)
-    with monkeypatch.context() as m:
-        if lab_start_method is not None:
-            m.setenv("LABUTILS_START_METHOD", lab_start_method)
-        else:
-            m.delenv("LABUTILS_START_METHOD", raising=False)
-        capsys.readouterr()
-        rc = diagnose_main(["--json", "--launcher", "auto", *opts.cli_args(), scenario.path(which)])
-        out, err = capsys.readouterr()
-    if rc == 2 and "could not start" in err:
-        pytest.skip(err.strip())
-    assert rc in (0, 1), err
-    data = json.loads(out)
-    _RUNS.setdefault(key, data)
     return data
 
 
@@ -83,43 +78,48 @@ def test_every_cause_has_a_scenario():
     from labutils.diagnosis.diagnose import CAUSES
 
     assert sorted(SCENARIOS) == sorted(CAUSES)
+    assert set(COLD_CHECKS) <= set(SCENARIOS) and not set(COLD_CHECKS) & set(ALWAYS_COLD)
     for sc in SCENARIOS.values():
         assert sc.expected == sc.id
         assert os.path.isfile(sc.path("broken")) and os.path.isfile(sc.path("fixed"))
 
 
 @pytest.mark.parametrize("cause", list(SCENARIOS))
-def test_scenario_is_named_and_fixed_is_ok(cause, lab_start_method, lab_repeat, monkeypatch, capsys):
+def test_scenario_is_named_and_fixed_is_ok(cause, lab_start_method, lab_repeat, scenario_runs):
     sc = SCENARIOS[cause]
     _skip_if_unsupported(sc)
     runs = 1 if sc.broken == sc.fixed else lab_repeat  # `ok`: broken and fixed are the same healthy script
     for i in range(runs):
-        data = diagnose_here(sc, "broken", lab_start_method, monkeypatch, capsys, cache=i == 0)
+        data = scenario_runs.report(sc, "broken", lab_start_method, fresh=i > 0)
         assert data["cause"] == sc.expected, (
             f"run {i + 1}/{runs} of {sc.broken}: got {data['cause']!r}: {data['summary']}\n"
             + "\n".join(data["evidence"]) + "\n--- stderr tail\n" + data["stderr"][-2000:])
         if sc.expected != "ok":
             assert data["fixes"] and all(f["notebook"] for f in data["fixes"])
     if sc.broken != sc.fixed:
-        data = diagnose_here(sc, "fixed", lab_start_method, monkeypatch, capsys)
+        data = scenario_runs.report(sc, "fixed", lab_start_method)
         assert data["cause"] == "ok" and data["outcome"] == "ok", (
             f"{sc.fixed}: {data['cause']}: {data['summary']}\n" + data["stderr"][-2000:])
 
 
-@pytest.mark.parametrize("cause", list(SCENARIOS))
-def test_warm_and_cold_launches_give_the_same_diagnosis(cause, monkeypatch, capsys):
+@pytest.mark.parametrize("cause", COLD_CHECKS)
+def test_warm_and_cold_launches_give_the_same_diagnosis(cause, scenario_runs):
     """The real command line in a fresh process (cold) and the warm launcher name the same cause."""
     sc = SCENARIOS[cause]
     _skip_if_unsupported(sc)
+    warm = scenario_runs.report(sc, "broken")
+    assert warm["launcher"]["kind"] == "warm", warm["launcher"]
     cold = diagnose(sc, "broken")
-    warm = diagnose_here(sc, "broken", None, monkeypatch, capsys)
     assert cold["launcher"]["kind"] == "cold"
-    opts = sc.broken_options
-    if opts.memory_budget or opts.shm_size or getattr(opts, "max_processes", None):  # cold, and it says why
-        assert warm["launcher"]["kind"] == "cold" and warm["launcher"]["why_cold"], warm["launcher"]
-    else:
-        assert warm["launcher"]["kind"] == "warm", warm["launcher"]
     assert cold["cause"] == warm["cause"] == sc.expected, (cold["summary"], warm["summary"])
+
+
+@pytest.mark.parametrize("cause", ALWAYS_COLD)
+def test_a_run_the_warm_launcher_refuses_is_cold_and_says_why(cause, scenario_runs):
+    sc = SCENARIOS[cause]
+    _skip_if_unsupported(sc)
+    launcher = scenario_runs.report(sc, "broken")["launcher"]
+    assert launcher["kind"] == "cold" and launcher["why_cold"], launcher
 
 
 @pytest.mark.skipif(not _torch_has_cuda(), reason="needs a CUDA GPU: on this CPU-only build `.cuda()` in a "
@@ -136,12 +136,12 @@ from labutils.scenarios import LAUNCH_SCENARIOS  # noqa: E402
 
 
 @pytest.mark.parametrize("name", list(LAUNCH_SCENARIOS))
-def test_launch_scenario_names_the_failing_process(name, lab_start_method, monkeypatch, capsys):
+def test_launch_scenario_names_the_failing_process(name, lab_start_method, scenario_runs):
     """The loader runs in a child of the script (its workers are grandchildren), or the kernel refuses a
     thread rather than a process: the cause is the one that process met, and the process is named with its
     place in the tree (role, pid, start method); the fixed script is ok."""
     sc = LAUNCH_SCENARIOS[name]
-    data = diagnose_here(sc, "broken", lab_start_method, monkeypatch, capsys)
+    data = scenario_runs.report(sc, "broken", lab_start_method)
     detail = (f"{sc.broken}: got {data['cause']!r} ({data['confidence']}): {data['summary']}\n"
               + "\n".join(data["evidence"]) + "\n--- stderr tail\n" + data["stderr"][-2500:])
     assert data["cause"] == sc.expected, detail
@@ -163,5 +163,5 @@ def test_launch_scenario_names_the_failing_process(name, lab_start_method, monke
         assert "Caught RuntimeError in DataLoader worker process 1" in data["stderr"]
     if sc.id == "thread_refused":
         assert "can't start new thread" in data["stderr"] and data["options"]["max_processes"] == 18
-    fixed = diagnose_here(sc, "fixed", lab_start_method, monkeypatch, capsys)
+    fixed = scenario_runs.report(sc, "fixed", lab_start_method)
     assert fixed["cause"] == "ok" and fixed["outcome"] == "ok", (fixed["summary"], fixed["stderr"][-2000:])
