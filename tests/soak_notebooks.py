@@ -3,13 +3,17 @@
     python tests/soak_notebooks.py --runs 5                          # every notebook and solution, fork
     python tests/soak_notebooks.py --runs 5 --start-method forkserver
     python tests/soak_notebooks.py --runs 2 notebooks/04_memory_and_oom.ipynb notebooks/07_*.ipynb
+    python tests/soak_notebooks.py --runs 5 --jobs 2                 # two notebooks at once (2 cores)
 
-Each run executes one notebook at a time, top to bottom, in a fresh Jupyter kernel (nbclient, in this
-process), with the notebook's folder as the working directory and ``LABUTILS_START_METHOD`` set for the
-kernel and every isolated run, as ``pytest --nbval-lax`` does. Cells marked ``# NBVAL_SKIP`` are not run;
-a cell marked ``# NBVAL_RAISES_EXCEPTION`` fails when it does *not* raise. A cell that raises is counted
+Each run executes a notebook top to bottom in a fresh Jupyter kernel (nbclient), with the notebook's
+folder as the working directory and ``LABUTILS_START_METHOD`` set for the kernel and every isolated run,
+as ``pytest --nbval-lax`` does. ``--jobs 1`` (the default) runs one notebook at a time in this process;
+``--jobs N`` runs up to N at once, each in a process of its own, as ``pytest -n N`` does, and never two
+runs of the same notebook at once (a notebook writes files in its folder). Cells marked ``# NBVAL_SKIP``
+are not run; a cell marked ``# NBVAL_RAISES_EXCEPTION`` fails when it does *not* raise. A cell that raises is counted
 and the notebook goes on (as nbval does); a dead kernel or a cell over the timeout ends that run of that
-notebook. The report: per failing cell, how many runs it failed in and the first line of each distinct
+notebook and is counted against the cell that was running (a kernel that never started: cell -1).
+The report: per failing cell, how many runs it failed in and the first line of each distinct
 failure; then a total. Exit status 1 when any cell failed, 2 for bad options.
 
 Run it through the machine's CPU lock where others share the machine (``/work/tools/cpuslot``), and say
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
+import multiprocessing
 import os
 import sys
 import time
@@ -69,19 +75,24 @@ def run_once(path: Path, start_method: str, timeout: int) -> dict:
         elif _marked(cell.source, RAISES):
             raises.add(i)
     os.environ["LABUTILS_START_METHOD"] = start_method  # the kernel and every run below it inherit it
+    started = [-1]  # the cell being executed: the one a timeout or a dead kernel is counted against
+
+    def on_cell_execute(cell, cell_index, **_):
+        started[0] = cell_index
+
     client = NotebookClient(nb, timeout=timeout, allow_errors=True, interrupt_on_timeout=False,
-                            kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+                            kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
+                            on_cell_execute=on_cell_execute)
     failures, ended = {}, None
     try:
         client.execute()
-    except (CellTimeoutError, DeadKernelError, CellExecutionError, RuntimeError) as exc:
+    except (CellTimeoutError, DeadKernelError, CellExecutionError) as exc:
         ended = f"{type(exc).__name__}: {_first_line(exc)}"
-    last_run = -1
+    except Exception as exc:  # noqa: BLE001 - a kernel that would not start, a lost connection: this run ends
+        ended = f"{type(exc).__name__}: {_first_line(exc)}"
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or not cell.source:
             continue
-        if cell.get("execution_count") is not None or cell.get("outputs"):
-            last_run = i
         error = _error_of(cell)
         if i in raises:
             if not error and cell.get("execution_count") is not None:
@@ -89,32 +100,65 @@ def run_once(path: Path, start_method: str, timeout: int) -> dict:
         elif error:
             failures[i] = error
     if ended:
-        stuck = next((i for i, c in enumerate(nb.cells) if i > last_run and c.cell_type == "code" and c.source),
-                     last_run)
-        failures.setdefault(stuck, ended)
+        failures.setdefault(started[0], ended)
     return failures
 
 
-def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout) -> int:
+def _timed_run(path: Path, start_method: str, timeout: int) -> tuple:
+    t0 = time.monotonic()
+    failures = run_once(path, start_method, timeout)
+    return failures, time.monotonic() - t0
+
+
+def _runs(paths: list, runs: int, start_method: str, timeout: int, jobs: int):
+    """Yield ``(run, path, failures, seconds)`` for every run of every notebook, as each one ends: in this
+    process for ``jobs == 1``, else up to ``jobs`` at once in processes of their own (spawned: a fresh
+    interpreter each, as a pytest-xdist worker), never two runs of one notebook together."""
+    todo = [(run, path) for run in range(1, runs + 1) for path in paths]
+    if jobs == 1:
+        for run, path in todo:
+            yield (run, path, *_timed_run(path, start_method, timeout))
+        return
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        running: dict = {}
+        while todo or running:
+            busy = {path for _run, path in running.values()}
+            for task in [t for t in todo if t[1] not in busy][: jobs - len(running)]:
+                todo.remove(task)
+                busy.add(task[1])
+                running[pool.submit(_timed_run, task[1], start_method, timeout)] = task
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                run, path = running.pop(future)
+                try:
+                    failures, seconds = future.result()
+                except Exception as exc:  # noqa: BLE001 - the process running it died: that run failed
+                    failures, seconds = {-1: f"{type(exc).__name__}: {_first_line(exc)}"}, float("nan")
+                yield run, path, failures, seconds
+
+
+def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout, jobs: int = 1) -> int:
     """Run each notebook ``runs`` times; print the table; the number of cells that failed at least once."""
     counts = collections.Counter()
     firsts = collections.defaultdict(list)
     seconds = collections.defaultdict(list)
-    for run in range(1, runs + 1):
-        for path in paths:
-            t0 = time.monotonic()
-            failures = run_once(path, start_method, timeout)
-            seconds[path].append(time.monotonic() - t0)
-            for cell, line in failures.items():
-                counts[(path, cell)] += 1
-                if line not in firsts[(path, cell)]:
-                    firsts[(path, cell)].append(line)
-            mark = f"{len(failures)} failing cell(s)" if failures else "ok"
-            print(f"run {run}/{runs} {_name(path)}: {mark} ({seconds[path][-1]:.0f} s)", file=out, flush=True)
-    print(f"\nsoak: {runs} run(s) of {len(paths)} notebook(s) under {start_method}", file=out)
+    t0, bad_runs = time.monotonic(), 0
+    for run, path, failures, took in _runs(paths, runs, start_method, timeout, jobs):
+        seconds[path].append(took)
+        bad_runs += bool(failures)
+        for cell, line in failures.items():
+            counts[(path, cell)] += 1
+            if line not in firsts[(path, cell)]:
+                firsts[(path, cell)].append(line)
+        mark = f"{len(failures)} failing cell(s)" if failures else "ok"
+        print(f"run {run}/{runs} {_name(path)}: {mark} ({took:.0f} s)", file=out, flush=True)
+    wall = time.monotonic() - t0
+    print(f"\nsoak: {runs} run(s) of {len(paths)} notebook(s) under {start_method}, {jobs} at a time, "
+          f"{wall:.0f} s in all", file=out)
     for path in paths:
         bad = sorted(c for p, c in counts if p == path)
-        times = seconds[path]
+        times = [t for t in seconds[path] if t == t] or [float("nan")]  # NaN: the run's process died
         print(f"  {_name(path)}: {len(bad)} failing cell(s); {min(times):.0f}-{max(times):.0f} s a run", file=out)
         for cell in bad:
             print(f"    cell {cell}: failed {counts[(path, cell)]}/{runs}", file=out)
@@ -122,7 +166,7 @@ def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout
                 print(f"      {line}", file=out)
     total = len(counts)
     print(f"total: {total} failing cell(s), {sum(counts.values())} failure(s) in {runs * len(paths)} "
-          f"notebook run(s)", file=out)
+          f"notebook run(s), {bad_runs} of them with a failing cell", file=out)
     return total
 
 
@@ -139,6 +183,8 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs of each notebook (default 5)")
     parser.add_argument("--start-method", default="fork", help=f"one of {', '.join(METHODS)} (default fork)")
     parser.add_argument("--timeout", type=int, default=240, help="seconds a cell may take (default 240)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="notebooks run at once, each in a process of its own (default 1; 2 on 2 cores)")
     parser.add_argument("notebooks", nargs="*", help="notebooks to run (default: every notebook and solution)")
     args = parser.parse_args(argv)
     problems = []
@@ -148,13 +194,15 @@ def main(argv=None) -> int:
         problems.append(f"--start-method {args.start_method!r}: use one of {', '.join(METHODS)}")
     if args.timeout < 1:
         problems.append(f"--timeout {args.timeout}: give 1 or more seconds")
-    paths = [Path(p) for p in args.notebooks] or default_notebooks()
+    if args.jobs < 1:
+        problems.append(f"--jobs {args.jobs}: give 1 or more")
+    paths = list(dict.fromkeys(Path(p) for p in args.notebooks)) or default_notebooks()
     problems += [f"{p}: no such notebook" for p in paths if p.suffix != ".ipynb" or not p.is_file()]
     if problems:
         for line in problems:
             print(f"soak_notebooks: {line}", file=sys.stderr)
         return 2
-    return 1 if soak(paths, args.runs, args.start_method, args.timeout) else 0
+    return 1 if soak(paths, args.runs, args.start_method, args.timeout, jobs=args.jobs) else 0
 
 
 if __name__ == "__main__":

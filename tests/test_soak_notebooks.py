@@ -1,5 +1,6 @@
 """tests/soak_notebooks.py: counts a cell that fails every second run, ignores skipped cells, and holds
-an expected exception to its marker (a tiny notebook in a temporary folder, two runs, fork)."""
+an expected exception to its marker; ``--jobs 2`` runs two notebooks at once, never one notebook twice at
+once, and the totals add up over both (two tiny notebooks in temporary folders, two runs each, fork)."""
 
 import json
 import os
@@ -22,13 +23,33 @@ assert n % 2 == 1, f"run {n} of this cell fails on purpose"
 """
 
 
-def _notebook(folder: Path) -> Path:
+# A run holds its folder's "busy" file from its first cell to its last: a second run of the same notebook
+# at the same time would fail its first cell (FileExistsError). Run k of notebook a and run k of notebook b
+# wait for each other (up to 60 s): with --jobs 2 they meet at once, one at a time they never would.
+HOLD = """import os, time
+from pathlib import Path
+open("busy", "x").close()
+me, other = ("a", "b") if Path.cwd().name == "a" else ("b", "a")
+k = len(list(Path("..").glob(me + "-*")))
+Path(f"../{me}-{k}").touch()
+deadline = time.monotonic() + 60
+while not Path(f"../{other}-{k}").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+together = Path(f"../{other}-{k}").exists()
+x = 1"""
+RELEASE = """os.remove("busy")
+assert together, "the other notebook's run never ran beside this one"
+assert x == 1"""
+
+
+def _notebook(folder: Path, flaky: bool = True) -> Path:
+    folder.mkdir()
     nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# tiny"},
-                    _code("x = 1"),
-                    _code(FLAKY),
+                    _code(HOLD),
+                    _code(FLAKY if flaky else "y = 2"),
                     _code("# NBVAL_SKIP\nraise SystemError('a skipped cell is not run')"),
                     _code("# NBVAL_RAISES_EXCEPTION\nraise ValueError('expected')"),
-                    _code("assert x == 1")],
+                    _code(RELEASE)],
           "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
           "nbformat": 4, "nbformat_minor": 5}
     path = folder / "tiny.ipynb"
@@ -37,17 +58,20 @@ def _notebook(folder: Path) -> Path:
 
 
 def test_a_cell_that_fails_every_second_run_is_counted_once_in_two(tmp_path):
-    path = _notebook(tmp_path)
-    done = subprocess.run([sys.executable, str(SOAK), "--runs", "2", str(path)], capture_output=True, text=True,
-                          timeout=180, env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    flaky, steady = _notebook(tmp_path / "a"), _notebook(tmp_path / "b", flaky=False)
+    done = subprocess.run([sys.executable, str(SOAK), "--runs", "2", "--jobs", "2", str(flaky), str(steady)],
+                          capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     assert done.returncode == 1, done.stdout + done.stderr
     out = done.stdout
-    assert "run 1/2" in out and "run 2/2" in out, out
-    assert "cell 2: failed 1/2" in out, out
+    assert sorted(ln.split(":")[0] for ln in out.splitlines() if ln.startswith("run ")) == [
+        f"run {r}/2 {p}" for r in (1, 2) for p in sorted([str(flaky), str(steady)])], out
+    assert [ln.strip() for ln in out.splitlines() if ln.strip().startswith("cell ")] == ["cell 2: failed 1/2"], out
     assert "AssertionError: run 0 of this cell fails on purpose" in out, out
-    assert "cell 3" not in out and "cell 4" not in out and "cell 5" not in out, out
-    assert "total: 1 failing cell(s), 1 failure(s) in 2 notebook run(s)" in out, out
-    assert (tmp_path / "runs.txt").read_text() == "2", "each run runs in the notebook's folder"
+    assert f"{steady}: 0 failing cell(s)" in out, out
+    assert "total: 1 failing cell(s), 1 failure(s) in 4 notebook run(s), 1 of them with a failing cell" in out, out
+    assert (tmp_path / "a" / "runs.txt").read_text() == "2", "each run runs in the notebook's folder"
+    assert sorted(p.name for p in tmp_path.glob("[ab]-*")) == ["a-0", "a-1", "b-0", "b-1"]
 
 
 def test_bad_options_are_one_line_each(tmp_path):
