@@ -198,9 +198,9 @@ def _diagnose_record(scenario, which, start_method) -> tuple:
 
 
 @pytest.fixture(scope="session")
-def scenario_runs(tmp_path_factory, worker_id):
+def scenario_runs(request, tmp_path_factory):
     """The session's :class:`ScenarioRuns` (shared by the xdist workers of one run)."""
-    if worker_id == "master":
+    if not hasattr(request.config, "workerinput"):  # not an xdist worker: nobody to share with
         return ScenarioRuns(None)
     folder = tmp_path_factory.getbasetemp().parent / "scenario-runs"  # the run's root, not one worker's
     folder.mkdir(exist_ok=True)
