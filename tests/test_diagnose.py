@@ -432,30 +432,41 @@ def cli(*args, timeout=300, cwd=None):
                           timeout=timeout, cwd=cwd or ROOT)
 
 
-def test_cli_missing_file(tmp_path):
-    done = cli(str(tmp_path / "nope.py"))
-    assert done.returncode == 2 and "no such file" in done.stderr
-    assert "Traceback" not in done.stderr
+def usage(capsys, *args):
+    """``diagnose_main`` in this process, for the usage errors: (exit status, stderr). The command line
+    itself (``python -m labutils diagnose``) is run by the tests around these."""
+    from labutils.diagnosis.cli import diagnose_main
+
+    capsys.readouterr()
+    rc = diagnose_main(list(args))
+    return rc, capsys.readouterr().err
 
 
-def test_cli_not_python(tmp_path):
+def test_cli_missing_file(tmp_path, capsys):
+    rc, err = usage(capsys, str(tmp_path / "nope.py"))
+    assert rc == 2 and "no such file" in err
+    assert "Traceback" not in err
+
+
+def test_cli_not_python(tmp_path, capsys):
     text = tmp_path / "notes.txt"
     text.write_text("this is not a training script: {[\n")
     binary = tmp_path / "blob.bin"
     binary.write_bytes(b"\x7fELF\x00\x00\x01")
     for path in (text, binary):
-        done = cli(str(path))
-        assert done.returncode == 2 and "not a Python script" in done.stderr
+        rc, err = usage(capsys, str(path))
+        assert rc == 2 and "not a Python script" in err
 
 
 @pytest.mark.parametrize("args", [["--bogus", "x.py"], ["--timeout", "soon", "x.py"], ["--nofile", "3", "x.py"],
                                   ["--start-method", "thread", "x.py"], ["--memory-budget", "lots", "x.py"],
                                   ["--max-processes", "1", "x.py"], []])
-def test_cli_bad_options(args, tmp_path):
+def test_cli_bad_options(args, tmp_path, capsys, monkeypatch):
     (tmp_path / "x.py").write_text("print('hi')\n")
-    done = cli(*args, cwd=str(tmp_path))
-    assert done.returncode == 2 and "labutils diagnose:" in done.stderr
-    assert "Traceback" not in done.stderr
+    monkeypatch.chdir(tmp_path)
+    rc, err = usage(capsys, *args)
+    assert rc == 2 and "labutils diagnose:" in err
+    assert "Traceback" not in err
 
 
 def test_cli_script_arguments_after_script_are_the_scripts(tmp_path):
