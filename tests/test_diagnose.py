@@ -486,6 +486,7 @@ def test_cli_json_healthy_script():
     data = json.loads(done.stdout)
     assert {"cause", "summary", "evidence", "fixes", "outcome", "exit", "workers"} <= set(data)
     assert data["cause"] == "ok" and data["outcome"] == "ok"
+    assert data["launcher"]["kind"] == "cold", data["launcher"]  # the healthy scenario's cold check
     assert len([w for w in data["workers"] if w["role"] == "dataloader_worker"]) >= 2
     assert "epoch 1" in data["stdout"]
 

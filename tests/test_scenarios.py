@@ -29,15 +29,15 @@ PY = sys.executable
 ALWAYS_COLD = [k for k, sc in SCENARIOS.items()
                if sc.broken_options.memory_budget or sc.broken_options.shm_size or sc.broken_options.max_processes]
 #: What a fresh interpreter does differently from a child of the warm template, and the scenario that
-#: shows each: the healthy run; the lab's records of a worker's exception, exit status and signal (written
-#: by the bootstrap, not the template); the script as a real ``__main__`` file that spawn workers import
-#: again (and a dataset they unpickle), or a fileless one; the open-files limit and the descriptors a run
-#: starts with; the batch counter the stall watch reads, and the threads alive when workers are forked;
-#: torch's lazy CUDA state; a failure in the main process. ``timeout`` is left out: its workers are forked
-#: while a thread holds a lock, as in ``hang`` (checked), and PyTorch's own timeout error is recorded like
-#: any exception of the main process (``outside_loader``, checked); its cold run would cost 8 s of PyTorch
-#: waiting for the stuck worker at shutdown.
-COLD_CHECKS = ["ok", "worker_exception", "worker_exit", "native_crash", "missing_main_guard",
+#: shows each: the lab's records of a worker's exception, exit status and signal (written by the bootstrap,
+#: not the template); the script as a real ``__main__`` file that spawn workers import again (and a dataset
+#: they unpickle), or a fileless one; the open-files limit and the descriptors a run starts with; the batch
+#: counter the stall watch reads, and the threads alive when workers are forked; torch's lazy CUDA state; a
+#: failure in the main process. Left out: ``ok`` (the healthy script's cold run through the command line is
+#: test_diagnose's test_cli_json_healthy_script) and ``timeout``, whose workers are forked while a thread
+#: holds a lock, as in ``hang`` (checked), and whose error, PyTorch's own, is recorded like any exception of
+#: the main process (``outside_loader``, checked); its cold run costs 8 s, most of them after the error.
+COLD_CHECKS = ["worker_exception", "worker_exit", "native_crash", "missing_main_guard",
                "unpicklable_dataset", "main_not_importable", "fd_limit", "hang", "cuda_in_worker",
                "outside_loader"]
 
