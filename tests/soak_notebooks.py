@@ -99,8 +99,8 @@ def run_once(path: Path, start_method: str, timeout: int) -> dict:
                 failures[i] = "expected an exception (NBVAL_RAISES_EXCEPTION); the cell raised none"
         elif error:
             failures[i] = error
-    if ended:
-        failures.setdefault(started[0], ended)
+    if ended:  # the cause, rather than what it left in the cell (a timeout's interrupt: KeyboardInterrupt)
+        failures[started[0]] = ended
     return failures
 
 
