@@ -174,8 +174,8 @@ SPAWN_SCRIPT = textwrap.dedent("""
         ds[0]  # opened here: the pickled copy must carry only the path
         init = make_worker_init(dump_after=600)
         blockers = [str(b) for b in find_unpicklable(ds, "dataset") + find_unpicklable(init, "init")]
-        loader = DataLoader(ds, batch_size=2, num_workers=2, multiprocessing_context="spawn",
-                            worker_init_fn=init)
+        loader = DataLoader(ds, batch_size=2, num_workers=1, multiprocessing_context="spawn",
+                            worker_init_fn=init)  # one spawn worker shows it (each start imports torch)
         rows = torch.cat(list(loader)).tolist()
         print(json.dumps({"blockers": blockers, "rows": rows, "main": os.getpid()}))
 """)
@@ -315,7 +315,7 @@ class Sleepy(Dataset):
 
     def __getitem__(self, i):
         if i == 1:
-            time.sleep(1.5)  # "stuck"
+            time.sleep(1.0)  # "stuck": twice the watchdog's interval
         return i
 
 

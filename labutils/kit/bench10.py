@@ -70,7 +70,7 @@ if __name__ == "__main__":
     data = Manifest.load(sys.argv[1])
     files = [str(data.path_of(e)) for e in data.good()]
     cpus = os.cpu_count()
-    sweep = []
+    sweep, bare = [], None
     # workers first: a forked worker that raises its thread count after the main process has run
     # parallel torch code can deadlock in OpenMP (pytorch issue 45198), so the main process stays idle
     for n in [int(x) for x in sys.argv[2].split(",")]:
@@ -79,16 +79,19 @@ if __name__ == "__main__":
                                 worker_init_fn=SetThreads(threads), timeout=60)
             next(iter(loader))  # start the workers
             sweep.append({"num_workers": n, "threads": threads, **steady(loader, 3)})
+            if (n, threads) == (2, 1):
+                bare = loader  # the bare loader of the turns below (1 thread is PyTorch's own setting)
             del loader
     # robust vs bare, same settings (2 workers, 1 thread each), in turns
-    bare = DataLoader(BareArrays(files), batch_size=16, num_workers=2, persistent_workers=True, timeout=60)
+    if bare is None:
+        bare = DataLoader(BareArrays(files), batch_size=16, num_workers=2, persistent_workers=True, timeout=60)
     robust = make_loader(files, data.params["shape"], batch_size=16, num_workers=2, transform=augment)
     steady(bare, 1), steady(robust, 1)  # start the workers
     turns = {"bare": [], "robust": [], "bare_cpu_us": [], "robust_cpu_us": []}
     for _ in range(5):  # in turns: a slow patch of a shared machine hits both loaders
         for name, loader in (("bare", bare), ("robust", robust)):
             cpu0 = cpu_seconds()
-            row = steady(loader, 2)
+            row = steady(loader, 1)  # one epoch a turn (the good samples of the folder: 94 in the notebook)
             turns[name].append(row["samples_per_s"])
             turns[f"{name}_cpu_us"].append((cpu_seconds() - cpu0) / row["samples"] * 1e6)
     del bare, robust
