@@ -159,12 +159,24 @@ _NAME = re.compile(r"^labutils-(?:run|pids|probe)-(\d+)\.(\d+)-[0-9a-f]+$")
 
 
 def make_run_dir() -> str:
-    """A new run directory (``mkdtemp``), with ``runner.json`` naming its runner by pid and start ticks."""
+    """A new run directory (``mkdtemp``), with ``runner.json`` naming its runner by pid and start ticks, and
+    the run's own temporary folder (``tmp/``, see :func:`run_temp_dir`)."""
     run_dir = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
+    os.mkdir(os.path.join(run_dir, _rd.TMP), 0o700)
     me = os.getpid()
     with open(os.path.join(run_dir, _rd.RUNNER), "w", encoding="utf-8") as fh:
         json.dump({"pid": me, "start_ticks": _procs.start_ticks(me), "uid": os.getuid()}, fh)
     return run_dir
+
+
+def run_temp_dir(run_dir: str) -> Optional[str]:
+    """The folder a run's processes get as TMPDIR/TEMP/TMP: ``RUN_DIR/tmp``, removed with the run directory,
+    so a pymp-* folder, a torchelastic log folder or a mkstemp file of a process killed before its clean-up
+    is not left in the shared /tmp. None where that path is too long for the AF_UNIX sockets made below it
+    (multiprocessing's listeners, torch's shm manager: at most 107 bytes); the run then uses the kernel's
+    temporary folder and :func:`remove_temp_dirs` removes what it recorded there."""
+    path = os.path.join(run_dir, _rd.TMP)
+    return path if len(path) <= _rd.TMP_MAX_LEN and os.path.isdir(path) else None
 
 
 def runner_alive(pid, ticks) -> bool:
