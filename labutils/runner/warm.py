@@ -295,10 +295,20 @@ class WarmProcess:
         return self.returncode
 
 
+def template_env(env: dict) -> dict:
+    """The environment a template for a run's ``env`` starts with: the run's, less what names the run (its
+    run directory, and its own temporary folder, which goes with it: the template keeps this process's)."""
+    from .rundir import TMP_VARS
+
+    base = {k: v for k, v in env.items() if k != "LABUTILS_RUN_DIR" and k not in TMP_VARS}
+    base.update({k: os.environ[k] for k in TMP_VARS if k in os.environ})
+    return base
+
+
 def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr, deadline: Optional[float] = None) -> WarmProcess:
     """Start ``bootstrap.py RUN_DIR`` as a child of the template; raises OSError if the template fails or
     does not answer before ``deadline`` (``time.monotonic()``; at most :data:`ASK_TIMEOUT` from now)."""
-    template = _get({k: v for k, v in env.items() if k != "LABUTILS_RUN_DIR"})
+    template = _get(template_env(env))
     left = ASK_TIMEOUT if deadline is None else min(ASK_TIMEOUT, deadline - time.monotonic())
     reply, fds = template.ask({"op": "spawn", "run_dir": run_dir, "cwd": os.path.abspath(cwd or os.getcwd()),
                                "env": env}, (stdout.fileno(), stderr.fileno()), timeout=left)
