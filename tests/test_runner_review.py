@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import resource
+import shutil
 import signal
 import socket
 import subprocess

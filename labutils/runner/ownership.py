@@ -114,22 +114,31 @@ def ledger(created: list, leftover: list, ticks: Mapping) -> None:
 
 
 def find_strays() -> list:
-    """Pids of processes left over from finished isolated runs (their run directory is gone).
+    """Pids of this user's processes left over from finished isolated runs (their run directory is gone).
 
     Every process of a cold run, workers included, carries ``LABUTILS_RUN_DIR`` in its environment; the
     directory is deleted when the run is over, so a live process that still names a missing directory
-    has outlived its run. A warm run's processes are found by the session of its main process. Expected
-    result: ``[]``.
+    has outlived its run. "Missing" is judged as that process sees the file system (through
+    ``/proc/PID/root``): with a private /tmp (``PrivateTmp=``, a per-user mount namespace, a container) a
+    live run's directory is invisible from here but there for it. Only processes of this user (real uid)
+    are looked at: another user's runs are theirs. A warm run's processes are found by the session of its
+    main process. Expected result: ``[]``.
+
+    This is a report for a person to read, not a kill list: ``run_isolated`` already stops and removes its
+    own runs' processes by identity, and a pid listed here may be gone or reused by the time it is read.
     """
     psutil = _psutil()
     strays = []
     sessions = {}
     for sid, ticks, ended in _warm.finished_sessions:
         sessions.setdefault(sid, []).append((ticks, ended))
+    me = os.getuid()
     for proc in psutil.process_iter(["pid"]):
         try:
+            if proc.uids().real != me:
+                continue
             run_dir = proc.environ().get("LABUTILS_RUN_DIR")
-            if run_dir and not os.path.isdir(run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
+            if run_dir and not _dir_seen_by(proc.pid, run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
                 strays.append(proc.pid)
             elif sessions:
                 # a warm run's processes were forked, not executed: their /proc environ is the template's.
@@ -144,6 +153,17 @@ def find_strays() -> list:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError, ValueError, IndexError):
             continue
     return strays
+
+
+def _dir_seen_by(pid: int, path: str) -> bool:
+    """Is ``path`` a directory in ``pid``'s view of the file system? True when that cannot be read (not
+    provably missing, so not a stray)."""
+    if not os.path.isabs(path) or os.path.isdir(path):
+        return True
+    root = f"/proc/{pid}/root"
+    if not os.path.isdir(root + "/"):
+        return True  # its root cannot be read from here
+    return os.path.isdir(root + path)
 
 
 def leftover_shm() -> list:
