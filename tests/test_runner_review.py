@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -205,8 +206,7 @@ def test_a_run_dir_names_its_runner():
         owner = json.load(open(os.path.join(d, "runner.json")))
         assert owner["pid"] == os.getpid() and owner["start_ticks"] == _procs.start_ticks(os.getpid())
     finally:
-        os.remove(os.path.join(d, "runner.json"))
-        os.rmdir(d)
+        shutil.rmtree(d)
 
 
 def test_a_dead_runners_cgroup_is_removed_and_a_live_ones_kept():

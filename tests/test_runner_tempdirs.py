@@ -28,3 +28,97 @@ def test_a_killed_run_leaves_no_pymp_folder(launcher):
         assert os.path.isdir(neighbour)
     finally:
         os.rmdir(neighbour)
+
+
+# --------------------------------------------------------------------------- the run's own TMPDIR
+# The script makes the three kinds of /tmp file seen left by the suite (a mkstemp file, multiprocessing's
+# pymp-* folder, a child's own temporary file), then is stopped by its time limit: nothing of it may stay.
+STOPPED = """
+import os, subprocess, sys, tempfile, time, multiprocessing.util as util, labutils
+fd, path = tempfile.mkstemp()
+child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp())"],
+                       capture_output=True, text=True, check=True).stdout.strip()
+labutils.emit(run_dir=os.environ["LABUTILS_RUN_DIR"], made=[path, util.get_temp_dir(), child],
+              tmp=tempfile.gettempdir(), vars=[os.environ.get(k) for k in ("TMPDIR", "TEMP", "TMP")])
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("launcher", ["warm", "cold"])
+def test_a_run_stopped_by_its_time_limit_leaves_no_temporary_file(launcher):
+    r = run_isolated(STOPPED, launcher=launcher, timeout=4)
+    assert r.outcome == "timed_out", r
+    own = os.path.join(r.values["run_dir"], "tmp")
+    assert r.values["tmp"] == own and r.values["vars"] == [own] * 3, r.values
+    for path in r.values["made"]:
+        assert os.path.dirname(path) == own, path  # the run's folder, not the shared /tmp
+        assert not os.path.lexists(path), f"{path} was left behind"
+    assert not os.path.lexists(r.values["run_dir"])
+
+
+def test_a_learners_own_tmpdir_wins():
+    code = "import tempfile, labutils; labutils.emit(tmp=tempfile.gettempdir())"
+    mine = tempfile.mkdtemp(prefix="labutils-test-")
+    try:
+        r = run_isolated(code, env={"TMPDIR": mine}, timeout=60)
+        assert r.values["tmp"] == mine, r
+    finally:
+        os.rmdir(mine)
+
+
+RANK = """
+import os, tempfile, multiprocessing.util as util, labutils
+labutils.emit(**{"rank" + os.environ["RANK"]: dict(
+    tmp=tempfile.gettempdir(), pymp=util.get_temp_dir(), error_file=os.environ.get("TORCHELASTIC_ERROR_FILE"),
+    run_dir=os.environ["LABUTILS_RUN_DIR"])})  # one key per rank: later keys win
+"""
+
+
+def test_torchrun_and_its_ranks_use_the_runs_temporary_folder(tmp_path):
+    from labutils.runner.torchrun import run_torchrun
+
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    r = run_torchrun(str(script), nproc_per_node=2, timeout=120)
+    assert r.outcome == "ok", r
+    assert sorted(r.values) == ["rank0", "rank1"], r.values
+    ranks = [r.values["rank0"], r.values["rank1"]]
+    own = os.path.join(ranks[0]["run_dir"], "tmp")
+    for e in ranks:
+        assert e["tmp"] == own and os.path.dirname(e["pymp"]) == own, e
+        # torchelastic's log folder (torchelastic_*), made by the launcher with tempfile.mkdtemp
+        assert e["error_file"] and e["error_file"].startswith(own + os.sep + "torchelastic_"), e
+    assert not os.path.lexists(own)
+
+
+# --------------------------------------------------------------------------- the session's own TMPDIR
+LEAVES = """
+import os, tempfile, multiprocessing.util as util
+fd, path = tempfile.mkstemp()
+print(path, util.get_temp_dir(), tempfile.mkstemp(dir=os.environ["SHARED"])[1])
+os._exit(0)  # no exit handlers: as a worker or kernel that is killed
+"""
+
+
+def test_the_sessions_processes_use_its_temporary_folder_and_a_shared_tmp_file_fails_it(tmp_path):
+    import subprocess
+    import sys
+
+    from labutils.testing import leaks
+
+    shared = tmp_path  # stands in for the shared /tmp: the check scans the folder given as ``tmp``
+    session = leaks.Session(folder=tempfile.mkdtemp(prefix="labutils-session-"), tmp=str(shared))
+    os.mkdir(session.tmpdir)
+    session.before = {leaks.SHM: leaks._entries(leaks.SHM), str(shared): leaks._entries(str(shared))}
+    env = session.environ(dict(os.environ, SHARED=str(shared)))
+    try:
+        out = subprocess.run([sys.executable, "-c", LEAVES], env=env, capture_output=True, text=True,
+                             check=True, timeout=60).stdout.split()
+        made, pymp, in_shared = out
+        assert os.path.dirname(made) == session.tmpdir and os.path.dirname(pymp) == session.tmpdir, out
+        left = session.leftovers(wait=0)
+        assert [item.path for item in left] == [in_shared], left  # by identity: the recorded file only
+        assert leaks.failing(left) == left
+    finally:
+        session.close()
+    assert not os.path.lexists(made) and not os.path.lexists(pymp)

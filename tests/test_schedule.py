@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import tempfile
 
 from labutils.testing.xdist_schedule import DURATIONS, load_durations, split_scope
 
@@ -142,10 +143,11 @@ def test_a_semaphore_left_by_the_sessions_process_fails_the_session_with_its_nam
     assert result.ret == 1, result.stdout.str()
     result.stdout.fnmatch_lines_random([f"/dev/shm/{name}: made by pid * (*python -c import multiprocessing*), "
                                         "during test_leak.py::test_leak (call)",
-                                        f"{folder}: made by pid *, during test_leak.py::test_leak (call)",
                                         "labutils: 1 file(s) in /dev/shm made by this session's processes are "
-                                        "still there*",
-                                        "labutils: 1 file(s) or folder(s) in /tmp * (listed, not failed)"])
+                                        "still there*"])
+    # its tempfile folder was made in the session's own temporary folder, and went with it: not listed
+    assert os.path.basename(os.path.dirname(os.path.dirname(folder))).startswith("labutils-session-"), folder
+    assert folder not in result.stdout.str()
 
 
 def test_a_neighbours_semaphore_is_not_blamed(pytester, monkeypatch):
@@ -176,23 +178,31 @@ def test_a_notebook_kernel_is_stopped_as_jupyter_does_so_its_semaphores_go(pytes
     assert result.ret == 0 and gone, result.stdout.str()
 
 
-def test_a_folder_left_in_tmp_alone_is_listed_but_does_not_fail(pytester, monkeypatch):
-    """/tmp leftovers are reported, not failed, while the runs' own temp files still go to /tmp."""
+def test_the_sessions_temp_folders_go_with_it_and_one_left_in_the_shared_tmp_is_listed(pytester, monkeypatch):
+    """A session's processes get its own TMPDIR: a folder made there goes with the session. A folder one
+    of them makes in the shared temp folder itself (``dir=``) stays, and the session's check names it
+    (``leaks.failing`` returns it: the plugin fails the session on it once it calls that)."""
     monkeypatch.delenv("LABUTILS_SESSION_LEDGER", raising=False)  # this session's own check stays outside
     monkeypatch.delenv("LABUTILS_SHM_LEDGER", raising=False)
     monkeypatch.setenv("PYTHONPATH", ROOT)
+    shared = tempfile.gettempdir()  # the inner session's "shared /tmp": the folder it starts with
+    monkeypatch.setenv("LAB_TEST_SHARED_TMP", shared)
     pytester.makepyfile(test_tmp="""
 import subprocess, sys
+MAKE = "import os, tempfile; print(tempfile.mkdtemp(prefix='lab-leak-tmp-', dir=os.environ.get('IN')))"
 def test_tmp():
-    made = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp(prefix='lab-leak-tmp-'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    open("made.txt", "w").write(made)
+    own = subprocess.run([sys.executable, "-c", MAKE], capture_output=True, text=True, check=True).stdout.strip()
+    env = dict(__import__("os").environ, IN=__import__("os").environ["LAB_TEST_SHARED_TMP"])
+    left = subprocess.run([sys.executable, "-c", MAKE], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+    open("made.txt", "w").write(own + "\\n" + left)
 """)
     result = pytester.runpytest_subprocess("-p", "labutils.testing.pytest_plugin", "-p", "no:cacheprovider")
-    made = (pytester.path / "made.txt").read_text()
+    own, left = (pytester.path / "made.txt").read_text().split("\n")
     try:
-        assert os.path.isdir(made), "the test made no folder: it proves nothing"
-        assert result.ret == 0, result.stdout.str()
-        result.stdout.fnmatch_lines([f"{made}: made by pid *", "*(listed, not failed)"])
+        assert os.path.dirname(left) == shared and os.path.isdir(left), (left, shared)
+        assert os.path.dirname(own) != shared and not os.path.exists(own), own  # went with the session
+        result.stdout.fnmatch_lines([f"{left}: made by pid *"])
+        assert own not in result.stdout.str()
     finally:
-        shutil.rmtree(made, ignore_errors=True)
+        shutil.rmtree(left, ignore_errors=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from . import probes
+from .chain import links as _chain_links
 
 # =========================================================================== frames: whose code raised it
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
@@ -276,17 +277,7 @@ def _live_exc(exc: BaseException, link: Optional[str]) -> _Exc:
 
 
 def _chain_of(exc: BaseException) -> list:
-    out, seen, link = [], set(), None
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        out.append((exc, _live_exc(exc, link)))
-        if exc.__cause__ is not None:
-            exc, link = exc.__cause__, "cause"
-        elif exc.__context__ is not None and not exc.__suppress_context__:
-            exc, link = exc.__context__, "context"
-        else:
-            exc = None
-    return out
+    return [(one, _live_exc(one, link)) for one, link in _chain_links(exc)]
 
 
 #: ANSI colour and style codes: Python 3.13+ colours the tracebacks it prints when FORCE_COLOR is set, and

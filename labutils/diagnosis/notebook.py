@@ -254,20 +254,9 @@ def __labutils_instrument():
         except OSError:
             pass
 
-    def chain(exc):
-        out, seen, link = [], set(), None
-        while exc is not None and id(exc) not in seen:
-            seen.add(id(exc))
-            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False))
-            out.append({"type": type(exc).__qualname__, "module": type(exc).__module__, "message": str(exc),
-                        "link": link, "traceback": tb[-6000:]})
-            if exc.__cause__ is not None:
-                exc, link = exc.__cause__, "cause"
-            elif exc.__context__ is not None and not exc.__suppress_context__:
-                exc, link = exc.__context__, "context"
-            else:
-                exc = None
-        return out
+    chain_module = {}
+    exec(__LABUTILS_CHAIN_SOURCE__, chain_module)  # labutils/diagnosis/chain.py, the one copy
+    chain = chain_module["records"]
 
     original_start = process.BaseProcess.start
 
@@ -392,3 +381,6 @@ def __labutils_instrument():
 __labutils_instrument()
 del __labutils_instrument
 '''
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chain.py"), encoding="utf-8") as _fh:
+    _KERNEL_PREAMBLE = _KERNEL_PREAMBLE.replace("__LABUTILS_CHAIN_SOURCE__", repr(_fh.read()))
+del _fh

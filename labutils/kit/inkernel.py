@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..diagnosis.chain import links as _chain_links
 from ..runner.result import ExceptionInfo, ProcessInfo
 
 
@@ -33,17 +34,7 @@ class KernelRun:
 
 
 def _chain(exc: BaseException) -> list:
-    out, seen, link = [], set(), None
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        out.append((exc, link))
-        if exc.__cause__ is not None:
-            exc, link = exc.__cause__, "cause"
-        elif exc.__context__ is not None and not exc.__suppress_context__:
-            exc, link = exc.__context__, "context"
-        else:
-            exc = None
-    return out
+    return _chain_links(exc)
 
 
 def _loader_iter(excs) -> Optional[object]:

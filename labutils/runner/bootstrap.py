@@ -84,7 +84,11 @@ def _append(name: str, record: dict) -> None:
 
 
 def _chain(exc: BaseException) -> list:
-    """Type, message and link of the exception and every ``__cause__``/``__context__`` below it."""
+    """Type, message and link of the exception and every ``__cause__``/``__context__`` below it.
+
+    The same walk and records as ``labutils/diagnosis/chain.py`` (their one home for everything else):
+    this copy stays because the bootstrap is run by path, before labutils can be imported, and each
+    import costs every run its start-up time."""
     out, seen, link = [], set(), None
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

@@ -107,6 +107,21 @@ def assemble(run, monitor, procs_log: list, kernel_lines: list, how: str) -> Run
 
 
 _KILLED_LINE = re.compile(r"Killed process (\d+) \(([^)]*)\)")
+_PID_FIELD = re.compile(r"\bpid=(\d+),")
+
+
+def host_pid_namespace() -> bool:
+    """Is this process in the initial pid namespace, whose pid numbers the kernel log prints? ``NSpid`` in
+    /proc/self/status has one number there and one per namespace level below it (comparing with /proc/1's
+    namespace would not do: a container's pid 1 shares the container's). True when it cannot be told."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    return len(line.split()) == 2
+    except OSError:
+        pass
+    return True
 
 
 def _kernel_record(record, lines, cgroup, ticks, monitor, exits, main: tuple) -> dict:
@@ -118,11 +133,16 @@ def _kernel_record(record, lines, cgroup, ticks, monitor, exits, main: tuple) ->
     name = os.path.basename(cgroup.directory or "") or None
     ours = []
     killed = []
+    # The kernel log prints pids of the initial pid namespace. In a container with its own pid namespace
+    # (and a readable /dev/kmsg) a "Killed process N" of the host may carry the number of one of our
+    # processes: there a kill is the run's only when the OOM record for pid N names the run's cgroup.
+    by_number = host_pid_namespace()
+    in_group = {int(m.group(1)) for line in lines if name and name in line for m in _PID_FIELD.finditer(line)}
     for line in lines:
-        if name and name in line or any(f"pid={p}," in line for p in ticks):
+        if name and name in line or by_number and any(f"pid={p}," in line for p in ticks):
             ours.append(line)
         m = _KILLED_LINE.search(line)
-        if m and int(m.group(1)) in ticks:
+        if m and int(m.group(1)) in ticks and (by_number or int(m.group(1)) in in_group):
             if line not in ours:
                 ours.append(line)
             killed.append(int(m.group(1)))

@@ -165,7 +165,7 @@ def _run(spec: RunSpec) -> RunResult:
             return RunResult(outcome="unsupported", reason=f"shm_size={format_size(spec.shm)}: {reason}",
                              options=options)
     why_cold = _warm.refusal(spec.launcher, env=spec.env, prefix=prefix, budget=spec.budget,
-                             detail=spec.memory_detail, python=spec.python,
+                             detail=spec.memory_detail or spec.on_sample is not None, python=spec.python,
                              process_limit=spec.max_processes is not None, source=_source(spec))
     if spec.launcher == "warm" and why_cold is not None:
         raise IsolationError(f"launcher='warm' is not possible for this run: {why_cold}; use 'auto'")
@@ -273,6 +273,9 @@ def _child_env(spec: RunSpec, run_dir: str) -> dict:
     env.update(spec.env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["LABUTILS_RUN_DIR"] = run_dir
+    tmp = _ownership.run_temp_dir(run_dir)
+    if tmp is not None and not any(name in spec.env for name in _rd.TMP_VARS):  # a learner's own TMPDIR wins
+        env.update(dict.fromkeys(_rd.TMP_VARS, tmp))
     return env
 
 

@@ -298,14 +298,20 @@ class Monitor(threading.Thread):
 
 
 def _dump_stacks(procs, run_dir: str, wait: float = 0.6) -> dict:
-    """SIGUSR1 to every live process of the run that registered a stack dump; return ``{pid: text}``."""
+    """SIGUSR1 to every live process of the run that registered a stack dump; return ``{pid: text}``.
+
+    SIGUSR1's default action ends a process, so the file ``stacks/<pid>.txt`` alone is not enough: it may
+    be an earlier process's with the same number (pid reuse within a long run), or the process may have
+    exec'd another program since. A process is signalled only if its file was made after it started
+    (:func:`_stack_file_is_its`) and it catches SIGUSR1 now (``SigCgt`` in ``/proc/PID/status``)."""
     folder = os.path.join(run_dir, _rd.STACKS)
     if not hasattr(signal, "SIGUSR1") or not os.path.isdir(folder):
         return {}
     sent = []
     for proc in procs.living():
         path = os.path.join(folder, f"{proc.pid}.txt")
-        if os.path.exists(path) and procs.send(proc, signal.SIGUSR1):
+        if _stack_file_is_its(path, proc) and _catches(proc.pid, signal.SIGUSR1) \
+                and procs.send(proc, signal.SIGUSR1):
             sent.append((proc.pid, path))
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline and not all(os.path.getsize(p) for _, p in sent):
@@ -313,6 +319,27 @@ def _dump_stacks(procs, run_dir: str, wait: float = 0.6) -> dict:
     time.sleep(0.05)  # let a dump that has started finish
     return {pid: text for pid, path in sent if (text := _read_text(path))}
 
+
+def _stack_file_is_its(path: str, proc) -> bool:
+    """Was ``path`` made (last written) after ``proc`` started? A file older than the process is an
+    earlier process's of the same number; the start time has the clock tick's 10 ms resolution."""
+    try:
+        made = os.stat(path).st_mtime
+    except OSError:
+        return False
+    return proc.ticks is None or made >= _procs.start_wall(proc.ticks) - 0.02
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Does ``pid`` have a handler for ``sig`` now (``SigCgt``)? False after an exec, which resets it."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
 
 
 _WATCHDOG_MECHANISM = ("the lab's watchdog: every 50 ms it sums the PSS of the run's processes (a shared "

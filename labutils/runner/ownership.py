@@ -114,22 +114,31 @@ def ledger(created: list, leftover: list, ticks: Mapping) -> None:
 
 
 def find_strays() -> list:
-    """Pids of processes left over from finished isolated runs (their run directory is gone).
+    """Pids of this user's processes left over from finished isolated runs (their run directory is gone).
 
     Every process of a cold run, workers included, carries ``LABUTILS_RUN_DIR`` in its environment; the
     directory is deleted when the run is over, so a live process that still names a missing directory
-    has outlived its run. A warm run's processes are found by the session of its main process. Expected
-    result: ``[]``.
+    has outlived its run. "Missing" is judged as that process sees the file system (through
+    ``/proc/PID/root``): with a private /tmp (``PrivateTmp=``, a per-user mount namespace, a container) a
+    live run's directory is invisible from here but there for it. Only processes of this user (real uid)
+    are looked at: another user's runs are theirs. A warm run's processes are found by the session of its
+    main process. Expected result: ``[]``.
+
+    This is a report for a person to read, not a kill list: ``run_isolated`` already stops and removes its
+    own runs' processes by identity, and a pid listed here may be gone or reused by the time it is read.
     """
     psutil = _psutil()
     strays = []
     sessions = {}
     for sid, ticks, ended in _warm.finished_sessions:
         sessions.setdefault(sid, []).append((ticks, ended))
+    me = os.getuid()
     for proc in psutil.process_iter(["pid"]):
         try:
+            if proc.uids().real != me:
+                continue
             run_dir = proc.environ().get("LABUTILS_RUN_DIR")
-            if run_dir and not os.path.isdir(run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
+            if run_dir and not _dir_seen_by(proc.pid, run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
                 strays.append(proc.pid)
             elif sessions:
                 # a warm run's processes were forked, not executed: their /proc environ is the template's.
@@ -146,6 +155,17 @@ def find_strays() -> list:
     return strays
 
 
+def _dir_seen_by(pid: int, path: str) -> bool:
+    """Is ``path`` a directory in ``pid``'s view of the file system? True when that cannot be read (not
+    provably missing, so not a stray)."""
+    if not os.path.isabs(path) or os.path.isdir(path):
+        return True
+    root = f"/proc/{pid}/root"
+    if not os.path.isdir(root + "/"):
+        return True  # its root cannot be read from here
+    return os.path.isdir(root + path)
+
+
 def leftover_shm() -> list:
     """``/dev/shm`` entries named like PyTorch segments (``torch_*``) or multiprocessing semaphores."""
     return sorted(n for n in shm_entries() if n.startswith(("torch_", "sem.mp-")))
@@ -159,12 +179,24 @@ _NAME = re.compile(r"^labutils-(?:run|pids|probe)-(\d+)\.(\d+)-[0-9a-f]+$")
 
 
 def make_run_dir() -> str:
-    """A new run directory (``mkdtemp``), with ``runner.json`` naming its runner by pid and start ticks."""
+    """A new run directory (``mkdtemp``), with ``runner.json`` naming its runner by pid and start ticks, and
+    the run's own temporary folder (``tmp/``, see :func:`run_temp_dir`)."""
     run_dir = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
+    os.mkdir(os.path.join(run_dir, _rd.TMP), 0o700)
     me = os.getpid()
     with open(os.path.join(run_dir, _rd.RUNNER), "w", encoding="utf-8") as fh:
         json.dump({"pid": me, "start_ticks": _procs.start_ticks(me), "uid": os.getuid()}, fh)
     return run_dir
+
+
+def run_temp_dir(run_dir: str) -> Optional[str]:
+    """The folder a run's processes get as TMPDIR/TEMP/TMP: ``RUN_DIR/tmp``, removed with the run directory,
+    so a pymp-* folder, a torchelastic log folder or a mkstemp file of a process killed before its clean-up
+    is not left in the shared /tmp. None where that path is too long for the AF_UNIX sockets made below it
+    (multiprocessing's listeners, torch's shm manager: at most 107 bytes); the run then uses the kernel's
+    temporary folder and :func:`remove_temp_dirs` removes what it recorded there."""
+    path = os.path.join(run_dir, _rd.TMP)
+    return path if len(path) <= _rd.TMP_MAX_LEN and os.path.isdir(path) else None
 
 
 def runner_alive(pid, ticks) -> bool:

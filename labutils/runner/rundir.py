@@ -23,6 +23,14 @@ VALUE = "value.json"  #: a func= run's return value
 EXC = "exc.json"  #: the exception chain that ended the script
 FINAL = "final.json"  #: exit codes of the processes the main process started
 STACKS = "stacks"  #: faulthandler dumps, one file per pid
+#: the run's own temporary folder: TMPDIR, TEMP and TMP of the script and of every process below it
+#: (multiprocessing's pymp-* folders, torchelastic's log folders, torch_shm_manager's socket folder,
+#: mkstemp files), so whatever a killed process leaves there goes with the run directory
+TMP = "tmp"
+TMP_VARS = ("TMPDIR", "TEMP", "TMP")
+#: AF_UNIX socket paths are at most 107 bytes; multiprocessing puts its listeners at
+#: ``TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`` (33 more) and torch's shm manager its socket 30 more deep
+TMP_MAX_LEN = 70
 
 #: the bootstrap's line when it cannot join the run's cgroup (exit code JOIN_FAILED): the run never started
 JOIN_FAILED = 3

@@ -9,8 +9,10 @@ a fresh interpreter) when starting from the template would not be the same thing
 * ``LABUTILS_LAUNCHER=cold`` (or ``launcher="cold"``) asks for it;
 * the run sets environment variables (``env=``) other than the lab's knobs (``LAB_*``): they must exist
   before torch is imported;
-* a memory budget or memory figures (``memory_detail``): the run's pages must all be its own from the
-  first one (a warm child shares torch's pages with the template, so its USS and its cgroup charge differ);
+* a memory budget or memory figures (``memory_detail``, or an ``on_sample`` listener such as the live
+  chart, which plots USS): the run's pages must all be its own from the first one (a warm child shares
+  torch's pages with the template, so its USS and its cgroup charge differ: the chart of a warm main
+  process would show some 200 MB less than a cold one, and hide what forked workers share with it);
 * a process limit (``max_processes``): the kernel counts threads too, and a warm child lacks the idle
   OpenBLAS thread a fresh process has;
 * a private /dev/shm or a systemd scope: a wrapper command starts the run;
@@ -91,7 +93,7 @@ def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: 
     if budget is not None:
         return "a memory budget: every page of the run must be charged to the run"
     if detail:
-        return "memory figures: the run's USS must include its own copy of torch's pages"
+        return "memory figures (memory_detail or on_sample): the run's USS must include its own copy of torch's pages"
     if process_limit:
         return "a process limit: the tasks the kernel counts must be those of a fresh process"
     if prefix:
@@ -180,6 +182,7 @@ class _Template:
         self.buf = bytearray()
         self.lock = threading.Lock()
         self.poisoned: Optional[str] = None
+        self.users = 0  # runs started from it (or about to be) and not yet reaped; see _get
         try:
             self.ask({"op": "ping"}, timeout=START_TIMEOUT)  # returns once torch is imported there
         except BaseException:
@@ -250,24 +253,48 @@ def template_pid() -> Optional[int]:
     return t.proc.pid if t is not None and t.proc.poll() is None else None
 
 
+_retired: list = []  # templates replaced while runs of theirs were in flight: closed when the last one ends
+
+
 def _get(env: dict) -> "_Template":
+    """The template for ``env``, with one more user (a run about to start; :func:`_release` when it ends).
+
+    A template that no longer matches is replaced, but closed only when idle: the zygote exits when its
+    socket closes and its children (runs in flight of another thread, e.g. the lab's) get PDEATHSIG."""
     global _template
     with _lock:
         if _template is not None and not _template.matches(env):
-            _template.close()
+            _retire(_template)
             _template = None
         if _template is None:
             _template = _Template(env)
+        _template.users += 1
         return _template
 
 
+def _retire(template: "_Template") -> None:
+    if template.users <= 0:
+        template.close()
+    elif template not in _retired:
+        _retired.append(template)
+
+
+def _release(template: "_Template") -> None:
+    with _lock:
+        template.users -= 1
+        if template.users <= 0 and template in _retired:
+            _retired.remove(template)
+            template.close()
+
+
 def shutdown() -> None:
-    """End the template (a later warm run starts a new one)."""
+    """End the template (a later warm run starts a new one), and any replaced one still serving a run."""
     global _template
     with _lock:
-        if _template is not None:
-            _template.close()
-            _template = None
+        for template in [*_retired, *([_template] if _template is not None else [])]:
+            template.close()
+        _retired.clear()
+        _template = None
 
 
 atexit.register(shutdown)
@@ -279,6 +306,7 @@ class WarmProcess:
     def __init__(self, template: _Template, pid: int, pidfd: int):
         self.template, self.pid, self.pidfd, self.returncode = template, pid, pidfd, None
         self.start_ticks = None
+        self._released = False
 
     def wait(self) -> Optional[int]:
         """Reap the run's main process (only once its group has been killed) and return its exit code."""
@@ -292,19 +320,37 @@ class WarmProcess:
                 self.returncode = os.waitstatus_to_exitcode(status)
             finished_sessions.append((self.pid, self.start_ticks, time.time()))
             del finished_sessions[:-1000]
+        if not self._released:
+            self._released = True
+            _release(self.template)
         return self.returncode
+
+
+def template_env(env: dict) -> dict:
+    """The environment a template for a run's ``env`` starts with: the run's, less what names the run (its
+    run directory, and its own temporary folder, which goes with it: the template keeps this process's)."""
+    from .rundir import TMP_VARS
+
+    base = {k: v for k, v in env.items() if k != "LABUTILS_RUN_DIR" and k not in TMP_VARS}
+    base.update({k: os.environ[k] for k in TMP_VARS if k in os.environ})
+    return base
 
 
 def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr, deadline: Optional[float] = None) -> WarmProcess:
     """Start ``bootstrap.py RUN_DIR`` as a child of the template; raises OSError if the template fails or
     does not answer before ``deadline`` (``time.monotonic()``; at most :data:`ASK_TIMEOUT` from now)."""
-    template = _get({k: v for k, v in env.items() if k != "LABUTILS_RUN_DIR"})
+    template = _get(template_env(env))
     left = ASK_TIMEOUT if deadline is None else min(ASK_TIMEOUT, deadline - time.monotonic())
-    reply, fds = template.ask({"op": "spawn", "run_dir": run_dir, "cwd": os.path.abspath(cwd or os.getcwd()),
-                               "env": env}, (stdout.fileno(), stderr.fileno()), timeout=left)
+    try:
+        reply, fds = template.ask({"op": "spawn", "run_dir": run_dir, "cwd": os.path.abspath(cwd or os.getcwd()),
+                                   "env": env}, (stdout.fileno(), stderr.fileno()), timeout=left)
+    except BaseException:
+        _release(template)
+        raise
     if "pid" not in reply or not fds:
         for fd in fds:
             os.close(fd)
+        _release(template)
         raise OSError(f"the warm template could not start the run: {reply}")
     proc = WarmProcess(template, int(reply["pid"]), fds[0])
     from . import procs as _procs

@@ -87,6 +87,9 @@ def _become_run(sock: socket.socket, req: dict, out_fd: int, err_fd: int) -> Non
     mp_process._process_counter = __import__("itertools").count(1)
     mp_process._children = set()
     mp_process.current_process()._config["authkey"] = mp_process.AuthenticationString(os.urandom(32))
+    mp_process.current_process()._config.pop("tempdir", None)  # a pymp-* folder is made per run, in its TMPDIR
+    if "tempfile" in sys.modules:
+        sys.modules["tempfile"].tempdir = None  # read TMPDIR again: the run's own folder, not the template's
     _reseed()
     sys.argv = [BOOTSTRAP, req["run_dir"]]
     import runpy

@@ -8,6 +8,13 @@ shared with every other user of the machine. The evidence, gathered while the se
   file or folder it made through :mod:`tempfile` (path and inode), each with the test then running;
 * the isolated runner's ledger (``LABUTILS_SHM_LEDGER``): the /dev/shm names each run created.
 
+Every process of the session also gets the session's own temporary folder (``TMPDIR``, ``TEMP`` and
+``TMP``: ``SESSION/tmp``), and every isolated run one of its own inside its run directory: xdist workers'
+and notebook kernels' ``pymp-*`` and ``ipykernel_*`` folders, pytest's ``tmp_path`` folders, torchrun's
+``torchelastic_*`` folders and the mkstemp files of runs stopped by their time limit go there, and are
+removed with it (:meth:`Session.close`). What is left in the shared /tmp is then made by a process that
+chose /tmp itself, and fails the session (:func:`failing`) just as a file in /dev/shm does.
+
 At the end (:func:`leftovers`) an entry counts as the session's when it was not there at the start and
 is still there, and: it is a recorded semaphore or temporary path with the same inode, or a name the
 runner recorded as created by one of its runs, or a ``torch_<pid>_*`` segment whose ``<pid>`` is a
@@ -26,6 +33,7 @@ from typing import Optional
 SHM = "/dev/shm"
 LEDGER_ENV = "LABUTILS_SESSION_LEDGER"
 RUNNER_LEDGER_ENV = "LABUTILS_SHM_LEDGER"
+TMP_VARS = ("TMPDIR", "TEMP", "TMP")
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
 
 
@@ -90,6 +98,12 @@ class Session:
     folder: str
     tmp: str = field(default_factory=tempfile.gettempdir)
     before: dict = field(default_factory=dict)
+    _saved: Optional[tuple] = None  # the environment environ() changed, and what it held
+
+    @property
+    def tmpdir(self) -> str:
+        """The session's own temporary folder: TMPDIR of every process below the session."""
+        return os.path.join(self.folder, "tmp")
 
     @property
     def ledger(self) -> str:
@@ -102,11 +116,19 @@ class Session:
     @classmethod
     def start(cls) -> "Session":
         session = cls(folder=tempfile.mkdtemp(prefix="labutils-session-"))
+        os.mkdir(session.tmpdir, 0o700)
         session.before = {SHM: _entries(SHM), session.tmp: _entries(session.tmp)}
         return session
 
     def environ(self, env: dict) -> dict:
-        """The variables that make every process below record itself (``env`` is changed and returned)."""
+        """The variables that make every process below record itself and use the session's temporary
+        folder (``env`` is changed and returned; :meth:`close` puts back what it held). Given
+        ``os.environ``, this process's :mod:`tempfile` reads the new folder too."""
+        if self._saved is None:
+            self._saved = (env, {k: env.get(k) for k in TMP_VARS})
+        env.update(dict.fromkeys(TMP_VARS, self.tmpdir))
+        if env is os.environ:
+            tempfile.tempdir = None
         env[LEDGER_ENV] = self.ledger
         env.setdefault(RUNNER_LEDGER_ENV, self.runner_ledger)
         parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -172,9 +194,28 @@ class Session:
         return None
 
     def close(self) -> None:
+        """Remove the session's folder (its ledger and its temporary folder, with whatever its processes
+        left there) and put back the temporary-folder variables :meth:`environ` changed."""
         import shutil
 
+        if self._saved is not None:
+            env, saved = self._saved
+            for key, value in saved.items():
+                if value is None:
+                    env.pop(key, None)
+                else:
+                    env[key] = value
+            if env is os.environ:
+                tempfile.tempdir = None
+            self._saved = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def failing(left: list) -> list:
+    """The leftovers that fail the session: all of them. Each was made by one of the session's own
+    processes (by identity, see :meth:`Session.leftovers`), in /dev/shm or in the shared /tmp; the
+    session's and the runs' own temporary folders are removed with them, so nothing there is listed."""
+    return list(left)
 
 
 def watch_this_process() -> None:
