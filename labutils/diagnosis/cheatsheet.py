@@ -21,7 +21,7 @@ COMMAND = "python -m labutils cheatsheet > notebooks/CHEATSHEET.md"
 #: Rows a notebook teaches that no cause of the catalogue carries (the catalogue's own extra rows are
 #: ``causes.TAUGHT``): ``(error text, what the diagnosis says, first fix, notebook stem)``.
 SHEET_ONLY = (
-    ("RuntimeError: Pin memory thread exited unexpectedly", "no cause of its own: the error printed above it",
+    ("RuntimeError: Pin memory thread exited unexpectedly", "an echo (not a cause): what killed the thread decides",
      "The main process's pin-memory thread ended (only with an accelerator, pin_memory=True, no timeout): read "
      "stderr above it (Exception in thread ... _pin_memory_loop), look for a SystemExit or KeyboardInterrupt "
      "in a custom pin_memory(); rerun with pin_memory=False (an error in taking a batch from the workers "
