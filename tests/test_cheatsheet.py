@@ -41,7 +41,8 @@ def test_the_messages_notebooks_10_to_12_teach_are_on_the_sheet():
                  "exitcode : -15", "Caught RuntimeError in pin memory thread for device 0",
                  "'pin_memory' argument is set as true but no accelerator is found",
                  "Can't get attribute 'LabeledDataset' on <module '__mp_main__'", "queue.Empty",
-                 "killed by signal: Terminated", "Torch not compiled with CUDA enabled", "ConnectionResetError"):
+                 "killed by signal: Terminated", "Torch not compiled with CUDA enabled", "ConnectionResetError",
+                 "Pin memory thread exited unexpectedly"):
         assert part in text, part
     for stem in ("10_production_loader", "11_cuda_and_accelerators", "12_distributed_torchrun"):
         assert f"]({stem}.ipynb)" in text, stem

@@ -187,6 +187,35 @@ def test_challenges_stay_locked_until_their_case_is_revealed_then_score(tmp_path
     assert [r["kind"] for r in rows] == ["challenge"] * 3 and rows[2]["counted"] == "True"
 
 
+def test_the_oom_challenge_is_lost_at_the_defaults_and_won_by_one_knob():
+    """Real runs: the case's own knobs die of the OOM kill; num_workers=1 (one cache, not two) finishes
+    under the same budget, and the Class sheet scores that one change."""
+    import signal
+
+    from labutils.kit.deaths import check_death
+    from labutils.kit.measure import kernel_max_usage
+
+    ui = LabUI(learner="ada")
+    ui.revealed.add("oom_killed")
+    ui.scenario.value = ui.deal.case_of("oom_killed")
+    ui.challenge.value = "oom_fewest"
+    lost = ui.try_challenge()
+    assert lost["counted"] and not lost["success"] and lost["score"] == 0, lost
+    dead = ui.last
+    assert dead.cause == "oom_killed", dead.diagnosis.summary
+    check_death(dead, signal=signal.SIGKILL)
+    limit = dead.memory_limit or {}
+    if limit.get("enforced_by") == "kernel":  # the kernel's OOM killer, by its own record
+        assert (limit.get("kernel_record") or {}).get("oom_kill", 0) >= 1, limit
+    ui.num_workers.value = 1
+    won = ui.try_challenge()
+    assert won["counted"] and won["success"] and (won["score"], won["changed"]) == (1, {"num_workers": "1"}), won
+    peak = kernel_max_usage(ui.last)
+    if peak is not None:  # the kernel's high-water mark: measured 554-699 MiB (fork/spawn/forkserver)
+        assert peak < 800 * 2**20, peak
+    assert ui.sheet.best_scores()[("ada", "oom_fewest")]["score"] == 1
+
+
 def test_a_challenge_this_machine_cannot_score_says_so_and_does_not_run(monkeypatch):
     from labutils.runner import isolate
 

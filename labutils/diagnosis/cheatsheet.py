@@ -1,7 +1,8 @@
 """``python -m labutils cheatsheet``: the error text -> cause -> first fix -> notebook table, as Markdown.
 
-Generated from the cause catalogue (:func:`labutils.diagnosis.causes.cheatsheet_rows` and :data:`CATALOGUE`), so it
-cannot drift from what the diagnosis says: ``notebooks/CHEATSHEET.md`` is this command's output, and a test
+Generated from the cause catalogue (:func:`labutils.diagnosis.causes.cheatsheet_rows` and :data:`CATALOGUE`)
+and :data:`SHEET_ONLY` (messages a notebook teaches that the catalogue does not carry), so it cannot drift
+from what the diagnosis says: ``notebooks/CHEATSHEET.md`` is this command's output, and a test
 fails when the file is out of date.
 """
 
@@ -16,6 +17,17 @@ from .causes import CATALOGUE, cheatsheet_rows
 __all__ = ["cheatsheet_markdown", "cheatsheet_main"]
 
 COMMAND = "python -m labutils cheatsheet > notebooks/CHEATSHEET.md"
+
+#: Rows a notebook teaches that no cause of the catalogue carries (the catalogue's own extra rows are
+#: ``causes.TAUGHT``): ``(error text, what the diagnosis says, first fix, notebook stem)``.
+SHEET_ONLY = (
+    ("RuntimeError: Pin memory thread exited unexpectedly", "an echo (not a cause): what killed the thread decides",
+     "The main process's pin-memory thread ended (only with an accelerator, pin_memory=True, no timeout): read "
+     "stderr above it (Exception in thread ... _pin_memory_loop), look for a SystemExit or KeyboardInterrupt "
+     "in a custom pin_memory(); rerun with pin_memory=False (an error in taking a batch from the workers "
+     "then surfaces in the main process)",
+     "11_cuda_and_accelerators"),
+)
 
 
 def _cell(text: str, code: bool = False) -> str:
@@ -43,7 +55,8 @@ def cheatsheet_markdown() -> str:
         "| error text you see | cause | first fix | notebook |",
         "|---|---|---|---|",
     ]
-    for msg, cause, fix, path in cheatsheet_rows():
+    rows = cheatsheet_rows() + [(m, c, f, f"notebooks/{stem}.ipynb") for m, c, f, stem in SHEET_ONLY]
+    for msg, cause, fix, path in rows:
         said = f"`{cause}`" if " " not in cause else cause
         lines.append(f"| {_cell(msg, code=True)} | {said} | {_cell(fix)} | {_link(path)} |")
     lines += ["", "## Every cause the diagnosis can name", "", "| cause | what happened | notebook |", "|---|---|---|"]
