@@ -248,8 +248,12 @@ def from_junit(report: str, notebook: str, python: str, method: str, rc, output:
 def error_line(text: str) -> str:
     """The first line of the exception a failing cell's traceback ends with (ANSI colour codes removed)."""
     lines = [line.rstrip() for line in _ANSI.sub("", text).splitlines()]
-    for line in reversed(lines):
-        if _EXC_LINE.match(line.strip()):
+    for at, line in reversed(list(enumerate(lines))):
+        match = _EXC_LINE.match(line.strip())
+        if match:
+            if line.strip().rstrip(":") == match.group(1):  # no message (a bare assert): name the line instead
+                arrow = [x.strip() for x in lines[:at] if x.lstrip().startswith("---->")]
+                return (line.strip().rstrip(":") + (f" at {arrow[-1][5:].strip()}" if arrow else ""))[:200]
             return line.strip()[:200]
     for line in lines:  # nbval's own reason ("Timeout of 240 seconds exceeded executing cell", ...)
         if line.strip().startswith(("Cell ", "Timeout", "Notebook cell execution failed")) and ":" in line:

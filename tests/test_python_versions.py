@@ -78,6 +78,8 @@ def test_error_line_is_the_exception_without_colour():
                  "Cell \x1b[32mIn[5]\x1b[39m, line 3\n      1 x = 1\n----> 3 assert x == 2, 'expected 2'\n\n"
                  "\x1b[31mAssertionError\x1b[39m: expected 2\nsecond line of the message\n")
     assert pv.error_line(traceback) == "AssertionError: expected 2"
+    bare = "AssertionError   Traceback\n      1 x = 1\n----> 2 assert x == 2\n      3 y = 3\n\nAssertionError: \n"
+    assert pv.error_line(bare) == "AssertionError at 2 assert x == 2"
     assert pv.error_line("_pickle.PicklingError: Can't pickle <function f>") == \
         "_pickle.PicklingError: Can't pickle <function f>"
     assert pv.error_line("Notebook cell execution failed\nCell 3: Timeout of 240 seconds exceeded executing cell") \
