@@ -43,6 +43,9 @@ _ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;?]*[A-Za-z]")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout))\b(?::.*)?$")
 
 
+_HEAD = re.compile(r"^([A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)")
+
+
 class UsageError(Exception):
     """A bad option: printed as one line, exit status 2."""
 
@@ -189,7 +192,7 @@ def run_one(venv: Venv, notebook: Path, method: str, args: argparse.Namespace) -
         report = junit.read_text() if junit.exists() else ""
         if args.log_dir and report:
             _log_path(args, venv, method, notebook).with_suffix(".xml").write_text(report)
-    result = from_junit(report, rel, venv.version, method, rc, output, wall)
+    result = from_junit(report, rel, venv.version, method, rc, output, wall, root=args.root)
     if rc is None:
         result.passed, result.error = False, f"no result within --timeout {args.timeout:g} s"
     if args.log_dir:
@@ -218,25 +221,26 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def from_junit(report: str, notebook: str, python: str, method: str, rc, output: str, wall: float) -> Result:
+def from_junit(report: str, notebook: str, python: str, method: str, rc, output: str, wall: float,
+               root: Path = ROOT) -> Result:
     """One notebook's result from pytest's JUnit XML (``report``), its exit status and its output."""
     result = Result(notebook, python, method, passed=(rc == 0), seconds=wall)
     if not report:
         if rc != 0:
             result.error = _last_line(output) or f"pytest exit status {rc}, no report"
         return result
-    root = ET.fromstring(report)
-    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    tree = ET.fromstring(report)
+    suite = tree if tree.tag == "testsuite" else tree.find("testsuite")
     if suite is not None and suite.get("time"):
         result.seconds = float(suite.get("time"))
-    for case in root.iter("testcase"):
+    for case in tree.iter("testcase"):
         bad = case.find("failure")
         if bad is None:
             bad = case.find("error")
         if bad is None:
             continue
         result.passed = False
-        result.cell = _cell_label(case.get("name", ""), notebook)
+        result.cell = _cell_label(case.get("name", ""), notebook, root)
         result.error = error_line((bad.text or "") + "\n" + (bad.get("message") or ""))
         return result
     if rc not in (0, None) and not result.error:  # every cell passed, the session failed (e.g. its leak check)
@@ -248,6 +252,16 @@ def from_junit(report: str, notebook: str, python: str, method: str, rc, output:
 def error_line(text: str) -> str:
     """The first line of the exception a failing cell's traceback ends with (ANSI colour codes removed)."""
     lines = [line.rstrip() for line in _ANSI.sub("", text).splitlines()]
+    # IPython heads each exception of a chain with "NAME   Traceback (most recent call last)": the last one was
+    # raised, and its message starts at the first "NAME: ..." after that head (a message may quote other errors)
+    heads = [(at, m.group(1)) for at, m in ((i, _HEAD.match(x.strip())) for i, x in enumerate(lines)) if m]
+    if heads:
+        start, name = heads[-1]
+        for at in range(start + 1, len(lines)):
+            line = lines[at].strip()
+            if line == name or line.startswith(name + ":"):
+                lines = lines[:at + 1]  # the search below ends here
+                break
     for at, line in reversed(list(enumerate(lines))):
         match = _EXC_LINE.match(line.strip())
         if match:
@@ -261,17 +275,17 @@ def error_line(text: str) -> str:
     return (next((line.strip() for line in lines if line.strip()), "") or "no message")[:200]
 
 
-def _cell_label(name: str, notebook: str) -> str:
+def _cell_label(name: str, notebook: str, root: Path = ROOT) -> str:
     """nbval's "Cell N" (N counts code cells only) with the cell's index in ``nb["cells"]``."""
     match = re.fullmatch(r"Cell (\d+)", name)
     if not match:
         return name
-    index = code_cell_index(notebook, int(match.group(1)))
+    index = code_cell_index(notebook, int(match.group(1)), root)
     return f"{name} (cells[{index}])" if index is not None else name
 
 
-def code_cell_index(notebook: str, n: int):
-    path = Path(notebook) if Path(notebook).is_absolute() else ROOT / notebook
+def code_cell_index(notebook: str, n: int, root: Path = ROOT):
+    path = Path(notebook) if Path(notebook).is_absolute() else root / notebook
     try:
         cells = json.loads(path.read_text())["cells"]
     except (OSError, ValueError, KeyError):

@@ -78,6 +78,11 @@ def test_error_line_is_the_exception_without_colour():
                  "Cell \x1b[32mIn[5]\x1b[39m, line 3\n      1 x = 1\n----> 3 assert x == 2, 'expected 2'\n\n"
                  "\x1b[31mAssertionError\x1b[39m: expected 2\nsecond line of the message\n")
     assert pv.error_line(traceback) == "AssertionError: expected 2"
+    quoting = ("AssertionError     Traceback (most recent call last)\n----> 5 assert ok, msg\n\n"
+               "AssertionError: Caught RuntimeError in DataLoader worker process 0.\n"
+               "Original Traceback (most recent call last):\n"
+               "  File x\nRuntimeError: Cannot re-initialize CUDA in forked subprocess.\n")
+    assert pv.error_line(quoting) == "AssertionError: Caught RuntimeError in DataLoader worker process 0."
     bare = "AssertionError   Traceback\n      1 x = 1\n----> 2 assert x == 2\n      3 y = 3\n\nAssertionError: \n"
     assert pv.error_line(bare) == "AssertionError at 2 assert x == 2"
     assert pv.error_line("_pickle.PicklingError: Can't pickle <function f>") == \
