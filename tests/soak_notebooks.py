@@ -38,7 +38,7 @@ SKIP, RAISES = "# NBVAL_SKIP", "# NBVAL_RAISES_EXCEPTION"
 
 def default_notebooks() -> list:
     folder = ROOT / "notebooks"
-    return sorted(folder.glob("[0-9][0-9]_*.ipynb")) + sorted((folder / "solutions").glob("*.ipynb"))
+    return sorted(folder.glob("[0-9][0-9]*_*.ipynb")) + sorted((folder / "solutions").glob("*.ipynb"))
 
 
 def _marked(source: str, marker: str) -> bool:

@@ -143,8 +143,8 @@ def test_a_semaphore_left_by_the_sessions_process_fails_the_session_with_its_nam
     assert result.ret == 1, result.stdout.str()
     result.stdout.fnmatch_lines_random([f"/dev/shm/{name}: made by pid * (*python -c import multiprocessing*), "
                                         "during test_leak.py::test_leak (call)",
-                                        "labutils: 1 file(s) in /dev/shm made by this session's processes are "
-                                        "still there*"])
+                                        "labutils: 1 file(s) in /dev/shm and * in /tmp made by this session's "
+                                        "processes are still there*"])
     # its tempfile folder was made in the session's own temporary folder, and went with it: not listed
     assert os.path.basename(os.path.dirname(os.path.dirname(folder))).startswith("labutils-session-"), folder
     assert folder not in result.stdout.str()
@@ -178,10 +178,10 @@ def test_a_notebook_kernel_is_stopped_as_jupyter_does_so_its_semaphores_go(pytes
     assert result.ret == 0 and gone, result.stdout.str()
 
 
-def test_the_sessions_temp_folders_go_with_it_and_one_left_in_the_shared_tmp_is_listed(pytester, monkeypatch):
+def test_the_sessions_temp_folders_go_with_it_and_one_left_in_the_shared_tmp_fails_it(pytester, monkeypatch):
     """A session's processes get its own TMPDIR: a folder made there goes with the session. A folder one
     of them makes in the shared temp folder itself (``dir=``) stays, and the session's check names it
-    (``leaks.failing`` returns it: the plugin fails the session on it once it calls that)."""
+    and the session fails on it."""
     monkeypatch.delenv("LABUTILS_SESSION_LEDGER", raising=False)  # this session's own check stays outside
     monkeypatch.delenv("LABUTILS_SHM_LEDGER", raising=False)
     monkeypatch.setenv("PYTHONPATH", ROOT)
@@ -204,5 +204,6 @@ def test_tmp():
         assert os.path.dirname(own) != shared and not os.path.exists(own), own  # went with the session
         result.stdout.fnmatch_lines([f"{left}: made by pid *"])
         assert own not in result.stdout.str()
+        assert result.ret == 1, result.stdout.str()  # the test itself passed: the leftover failed the session
     finally:
         shutil.rmtree(left, ignore_errors=True)

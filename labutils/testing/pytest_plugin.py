@@ -121,10 +121,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         return
     left = check.leftovers()
     session.config._lab_left = left
-    # /dev/shm is shared memory every user of the machine pays for: a file left there fails the session.
-    # /tmp is listed, not failed, until the runs' own temporary files go to their run directory: torchrun's
-    # ranks and torchelastic's folders, and files of runs stopped by a time limit, are still left there.
-    if any(_in_shm(item) for item in left) and session.exitstatus == pytest.ExitCode.OK:
+    # A file the session's own processes left in /dev/shm (shared memory every user of the machine pays for)
+    # or in the shared /tmp fails the session: the runs and the session's processes have temporary folders
+    # of their own, removed with them, so whatever is left outside them was lost by our code.
+    if leaks.failing(left) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -137,14 +137,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if not left:
         return
     shm = [item for item in left if _in_shm(item)]
-    terminalreporter.section("files this session left in /dev/shm and /tmp", red=bool(shm), yellow=not shm)
+    terminalreporter.section("files this session left in /dev/shm and /tmp", red=True)
     for item in left:
         terminalreporter.line(item.line())
-    if shm:
-        terminalreporter.line(f"labutils: {len(shm)} file(s) in /dev/shm made by this session's processes are "
-                              "still there; the session fails (--lab-no-leak-check to skip this check)", red=True)
-    terminalreporter.line(f"labutils: {len(left) - len(shm)} file(s) or folder(s) in /tmp made by this session's "
-                          "processes are still there (listed, not failed)", yellow=True)
+    terminalreporter.line(f"labutils: {len(shm)} file(s) in /dev/shm and {len(left) - len(shm)} in /tmp made by this "
+                          "session's processes are still there; the session fails (--lab-no-leak-check to skip "
+                          "this check)", red=True)
 
 
 def pytest_unconfigure(config) -> None:
