@@ -203,7 +203,11 @@ def test_the_oom_challenge_is_lost_at_the_defaults_and_won_by_one_knob():
     assert lost["counted"] and not lost["success"] and lost["score"] == 0, lost
     dead = ui.last
     assert dead.cause == "oom_killed", dead.diagnosis.summary
-    check_death(dead, signal=signal.SIGKILL)
+    # The usual story: a worker is killed and PyTorch reports it. The OOM killer may also pick the script
+    # itself over its workers (seen once in a fresh-clone pytest): then there is no exception to read.
+    script_killed = dead.returncode == -signal.SIGKILL and dead.exception is None
+    if not script_killed:
+        check_death(dead, signal=signal.SIGKILL)
     limit = dead.memory_limit or {}
     if limit.get("enforced_by") == "kernel":  # the kernel's OOM killer, by its own record
         assert (limit.get("kernel_record") or {}).get("oom_kill", 0) >= 1, limit
