@@ -44,6 +44,8 @@ _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warn
 
 
 _HEAD = re.compile(r"^([A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)")
+# IPython's marker of the line that raised: "----> 28 assert ..." (older IPython), "---> 28 ..." (newer), any length
+_ARROW = re.compile(r"^-+>\s*(\S.*)$")
 
 
 class UsageError(Exception):
@@ -266,8 +268,8 @@ def error_line(text: str) -> str:
         match = _EXC_LINE.match(line.strip())
         if match:
             if line.strip().rstrip(":") == match.group(1):  # no message (a bare assert): name the line instead
-                arrow = [x.strip() for x in lines[:at] if x.lstrip().startswith("---->")]
-                return (line.strip().rstrip(":") + (f" at {arrow[-1][5:].strip()}" if arrow else ""))[:200]
+                arrow = [m.group(1).strip() for m in (_ARROW.match(x.strip()) for x in lines[:at]) if m]
+                return (line.strip().rstrip(":") + (f" at {arrow[-1]}" if arrow else ""))[:200]
             return line.strip()[:200]
     for line in lines:  # nbval's own reason ("Timeout of 240 seconds exceeded executing cell", ...)
         if line.strip().startswith(("Cell ", "Timeout", "Notebook cell execution failed")) and ":" in line:
