@@ -114,6 +114,19 @@ def _stop_kernels_as_jupyter_does() -> None:
     kernel.RunningKernel.stop = stop
 
 
+# nbval waits 5 s for each message a cell sends after its reply (a hard-coded ``output_timeout``). On a
+# busy machine a cell that drives widgets can go quiet that long after its reply: CI saw notebook 09's first
+# cell fail with "Timeout of 5 seconds exceeded waiting for output" on a 2-core machine running the matrix
+# at 2.3 times its usual time. The cell's own limit (--nbval-cell-timeout) is what should stop a stuck cell.
+NBVAL_OUTPUT_TIMEOUT = 60
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    for item in items:
+        if hasattr(item, "output_timeout"):
+            item.output_timeout = max(item.output_timeout, NBVAL_OUTPUT_TIMEOUT)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus) -> None:
     check = getattr(session.config, "_lab_leaks", None)
