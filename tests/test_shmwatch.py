@@ -170,8 +170,33 @@ def test_leaked_shm_tells_a_leak_from_a_live_file(tmp_path):
     other = tmp_path / "unrelated"
     other.write_bytes(b"x")
     with open(used_sem, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):  # mapped by a live process
-        assert shmwatch.leaked_shm(before, str(tmp_path)) == {"torch_999999999_1_0", "sem.mp-orphan"}
+        assert shmwatch.leaked_shm(before, str(tmp_path), grace=0) == {"torch_999999999_1_0", "sem.mp-orphan"}
     assert shmwatch.leaked_shm(shmwatch.shm_names(str(tmp_path)), str(tmp_path)) == set()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_leaked_shm_waits_for_a_file_its_owner_is_still_unlinking(tmp_path):
+    """An unused semaphore that goes within the grace (as a resource tracker unlinks one after its
+    creator died) is no leak; one that stays unused for the whole grace is, and only after it."""
+    import threading
+    import time
+
+    before = shmwatch.shm_names(str(tmp_path))
+    going = tmp_path / "sem.mp-going"
+    going.write_bytes(b"x" * 32)
+    staying = tmp_path / "sem.mp-staying"
+    timer = threading.Timer(0.3, going.unlink)
+    timer.start()
+    try:
+        assert shmwatch.leaked_shm(before, str(tmp_path), grace=5.0) == set()
+    finally:
+        timer.join()
+    staying.write_bytes(b"x" * 32)
+    t0 = time.monotonic()
+    assert shmwatch.leaked_shm(before, str(tmp_path), grace=0.5) == {"sem.mp-staying"}
+    assert time.monotonic() - t0 >= 0.5  # named only once the grace had passed
+    with pytest.raises(ValueError, match="grace"):
+        shmwatch.leaked_shm(before, str(tmp_path), grace=-1)
 
 
 def test_remove_files_of_deletes_only_the_files_of_these_live_processes(tmp_path):

@@ -339,13 +339,32 @@ def _mapped_inodes(path: str) -> set:
     return inodes
 
 
-def leaked_shm(before: set, path: str = SHM_PATH) -> set:
+def leaked_shm(before: set, path: str = SHM_PATH, grace: float = 10.0, poll: float = 0.1) -> set:
     """Files of :func:`shm_names` that appeared since ``before`` and that nobody uses any more.
 
     On a shared machine other people's runs come and go in /dev/shm, so a new name alone is no leak: a
     ``torch_<pid>_*`` segment whose creator is alive, or a semaphore some live process still maps (by
     inode; glibc maps it under a temporary name), belongs to a run that is still going.
+
+    Nor is a file that is unused for a moment: under spawn and forkserver a named semaphore stays linked
+    until its owner's finalizer or multiprocessing's resource tracker unlinks it, which happens *after*
+    the last process that mapped it ended (and the lab's runner removes what a killed run's tracker
+    could not, after the run). A test run beside this one showed such a window: notebook 12's final
+    check once named a ``sem.mp-*`` file that no process mapped any more. So a candidate counts only if
+    it is still there, and still unused, ``grace`` seconds later (checked every ``poll`` seconds; the
+    call returns at once when there is none).
     """
+    if grace < 0 or poll <= 0:
+        raise ValueError(f"grace={grace!r}, poll={poll!r}: grace must be >= 0 and poll > 0 seconds")
+    deadline = time.monotonic() + grace
+    while True:
+        leaked = _unused_new(before, path)
+        if not leaked or time.monotonic() >= deadline:
+            return leaked
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+
+def _unused_new(before: set, path: str) -> set:
     new = shm_names(path) - set(before)
     if not new:
         return set()
