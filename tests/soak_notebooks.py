@@ -7,14 +7,19 @@
 
 Each run executes a notebook top to bottom in a fresh Jupyter kernel (nbclient), with the notebook's
 folder as the working directory and ``LABUTILS_START_METHOD`` set for the kernel and every isolated run,
-as ``pytest --nbval-lax`` does. ``--jobs 1`` (the default) runs one notebook at a time in this process;
-``--jobs N`` runs up to N at once, each in a process of its own, as ``pytest -n N`` does, and never two
-runs of the same notebook at once (a notebook writes files in its folder). Cells marked ``# NBVAL_SKIP``
+as ``pytest --nbval-lax`` does. ``--jobs N`` (1 by default) runs up to N notebooks at once, each in a
+process of its own, as ``pytest -n N`` does, and never two runs of the same notebook at once (a notebook
+writes files in its folder). Cells marked ``# NBVAL_SKIP``
 are not run; a cell marked ``# NBVAL_RAISES_EXCEPTION`` fails when it does *not* raise. A cell that raises is counted
 and the notebook goes on (as nbval does); a dead kernel or a cell over the timeout ends that run of that
 notebook and is counted against the cell that was running (a kernel that never started: cell -1).
 The report: per failing cell, how many runs it failed in and the first line of each distinct
 failure; then a total. Exit status 1 when any cell failed, 2 for bad options.
+
+Stopped by Ctrl-C, SIGTERM or SIGHUP, it stops every notebook's kernel as nbclient does (a shutdown
+request, a kill only if the kernel does not go), prints the table of the runs that ended, removes what
+the kernels' isolated runs left (``clean_after_dead_runners``: only run folders whose runner is dead, by
+identity) and exits with status 130.
 
 Run it through the machine's CPU lock where others share the machine (``/work/tools/cpuslot``), and say
 "loaded machine" beside any figure taken that way.
@@ -27,6 +32,7 @@ import collections
 import concurrent.futures
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -111,16 +117,14 @@ def _timed_run(path: Path, start_method: str, timeout: int) -> tuple:
 
 
 def _runs(paths: list, runs: int, start_method: str, timeout: int, jobs: int):
-    """Yield ``(run, path, failures, seconds)`` for every run of every notebook, as each one ends: in this
-    process for ``jobs == 1``, else up to ``jobs`` at once in processes of their own (spawned: a fresh
-    interpreter each, as a pytest-xdist worker), never two runs of one notebook together."""
+    """Yield ``(run, path, failures, seconds)`` for every run of every notebook, as each one ends: up to
+    ``jobs`` at once, each in a process of its own (spawned: a fresh interpreter, as a pytest-xdist worker,
+    so this process holds no kernel and can always stop them), never two runs of one notebook together."""
     todo = [(run, path) for run in range(1, runs + 1) for path in paths]
-    if jobs == 1:
-        for run, path in todo:
-            yield (run, path, *_timed_run(path, start_method, timeout))
-        return
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                                  initializer=_end_with, initargs=(os.getpid(),))
+    try:
         running: dict = {}
         while todo or running:
             busy = {path for _run, path in running.values()}
@@ -136,6 +140,50 @@ def _runs(paths: list, runs: int, start_method: str, timeout: int, jobs: int):
                 except Exception as exc:  # noqa: BLE001 - the process running it died: that run failed
                     failures, seconds = {-1: f"{type(exc).__name__}: {_first_line(exc)}"}, float("nan")
                 yield run, path, failures, seconds
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _stop(pool, grace: float = 30.0) -> None:
+    """End the pool's processes: SIGTERM first (nbclient, in each, then shuts its kernel down), SIGKILL
+    for any still there after ``grace`` seconds."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+
+def _end_with(parent: int) -> None:
+    """In a pool process: get SIGTERM when this soak ends, however it ends (Linux ``PR_SET_PDEATHSIG``),
+    so that even a SIGKILLed soak leaves no notebook running: nbclient then stops the kernel."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the soak ended before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _clean_after_kernels() -> dict:
+    """What the stopped kernels' isolated runs left: run folders whose runner is dead (by identity)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from labutils.runner.ownership import clean_after_dead_runners
+
+    return clean_after_dead_runners(force=True)
 
 
 def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout, jobs: int = 1) -> int:
@@ -143,18 +191,27 @@ def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout
     counts = collections.Counter()
     firsts = collections.defaultdict(list)
     seconds = collections.defaultdict(list)
-    t0, bad_runs = time.monotonic(), 0
-    for run, path, failures, took in _runs(paths, runs, start_method, timeout, jobs):
-        seconds[path].append(took)
-        bad_runs += bool(failures)
-        for cell, line in failures.items():
-            counts[(path, cell)] += 1
-            if line not in firsts[(path, cell)]:
-                firsts[(path, cell)].append(line)
-        mark = f"{len(failures)} failing cell(s)" if failures else "ok"
-        print(f"run {run}/{runs} {_name(path)}: {mark} ({took:.0f} s)", file=out, flush=True)
+    t0, bad_runs, ended, stopped = time.monotonic(), 0, 0, None
+    try:
+        for run, path, failures, took in _runs(paths, runs, start_method, timeout, jobs):
+            seconds[path].append(took)
+            bad_runs += bool(failures)
+            ended += 1
+            for cell, line in failures.items():
+                counts[(path, cell)] += 1
+                if line not in firsts[(path, cell)]:
+                    firsts[(path, cell)].append(line)
+            mark = f"{len(failures)} failing cell(s)" if failures else "ok"
+            print(f"run {run}/{runs} {_name(path)}: {mark} ({took:.0f} s)", file=out, flush=True)
+    except KeyboardInterrupt as exc:
+        stopped = str(exc) or "SIGINT"
+        removed = _clean_after_kernels()
+        left = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in removed.items() if v) or "nothing"
+        print(f"\nsoak: stopped by {stopped}; every kernel stopped; the dead runs' leftovers removed: {left}",
+              file=out, flush=True)
     wall = time.monotonic() - t0
-    print(f"\nsoak: {runs} run(s) of {len(paths)} notebook(s) under {start_method}, {jobs} at a time, "
+    what = f"{ended} of {runs * len(paths)} notebook run(s) ended before the stop" if stopped else f"{runs} run(s)"
+    print(f"\nsoak: {what} of {len(paths)} notebook(s) under {start_method}, {jobs} at a time, "
           f"{wall:.0f} s in all", file=out)
     for path in paths:
         bad = sorted(c for p, c in counts if p == path)
@@ -165,8 +222,10 @@ def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout
             for line in firsts[(path, cell)]:
                 print(f"      {line}", file=out)
     total = len(counts)
-    print(f"total: {total} failing cell(s), {sum(counts.values())} failure(s) in {runs * len(paths)} "
+    print(f"total: {total} failing cell(s), {sum(counts.values())} failure(s) in {ended} "
           f"notebook run(s), {bad_runs} of them with a failing cell", file=out)
+    if stopped:
+        raise KeyboardInterrupt(stopped)
     return total
 
 
@@ -202,7 +261,12 @@ def main(argv=None) -> int:
         for line in problems:
             print(f"soak_notebooks: {line}", file=sys.stderr)
         return 2
-    return 1 if soak(paths, args.runs, args.start_method, args.timeout, jobs=args.jobs) else 0
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    try:
+        return 1 if soak(paths, args.runs, args.start_method, args.timeout, jobs=args.jobs) else 0
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

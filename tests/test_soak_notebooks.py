@@ -82,3 +82,50 @@ def test_bad_options_are_one_line_each(tmp_path):
         "soak_notebooks: --runs 0: give 1 or more",
         "soak_notebooks: --start-method 'sideways': use one of fork, forkserver, spawn",
         f"soak_notebooks: {tmp_path / 'missing.ipynb'}: no such notebook"]
+
+
+# The kernel writes its pid and starts an isolated run that would sleep two minutes; the run writes its own
+# pid once it is going. The test SIGTERMs the soak while that run is in flight.
+IN_FLIGHT = """import os
+from pathlib import Path
+import labutils
+Path("kernel.pid").write_text(str(os.getpid()))
+labutils.run_isolated(code=f"import os, time\\nopen({str(Path.cwd() / 'run.pid')!r}, 'w').write(str(os.getpid()))\\n"
+                           "time.sleep(120)", timeout=300)"""
+
+
+def test_sigterm_stops_every_kernel_and_removes_what_their_runs_left(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    folder, tmp = tmp_path / "nb", tmp_path / "tmp"
+    folder.mkdir()
+    tmp.mkdir()
+    nb = {"cells": [_code(IN_FLIGHT)], "metadata": {"kernelspec": {"display_name": "Python 3",
+          "language": "python", "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+    path = folder / "in_flight.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    soak = subprocess.Popen([sys.executable, str(SOAK), "--runs", "1", str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        deadline = time.monotonic() + 120
+        while not (folder / "run.pid").exists() and time.monotonic() < deadline and soak.poll() is None:
+            time.sleep(0.2)
+        assert (folder / "run.pid").exists(), soak.communicate(timeout=60)
+        kernel = psutil.Process(int((folder / "kernel.pid").read_text()))
+        run = psutil.Process(int((folder / "run.pid").read_text()))
+        assert any(p.name.startswith("labutils-run-") for p in tmp.iterdir())  # the run's folder
+        soak.send_signal(signal.SIGTERM)
+        out, err = soak.communicate(timeout=90)
+    finally:
+        if soak.poll() is None:
+            soak.kill()
+            soak.wait()
+    assert soak.returncode == 130, out + err
+    assert "stopped by SIGTERM; every kernel stopped" in out, out + err
+    assert "0 of 1 notebook run(s) ended before the stop" in out, out
+    gone, alive = psutil.wait_procs([kernel, run], timeout=10)
+    assert not alive, alive  # psutil.Process compares the start time too: a reused pid is not "alive" here
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("labutils-run-")], list(tmp.iterdir())
