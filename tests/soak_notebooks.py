@@ -203,6 +203,8 @@ def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout
                     firsts[(path, cell)].append(line)
             mark = f"{len(failures)} failing cell(s)" if failures else "ok"
             print(f"run {run}/{runs} {_name(path)}: {mark} ({took:.0f} s)", file=out, flush=True)
+            for cell, line in sorted(failures.items()):  # as it happens: a long soak can be read while it goes
+                print(f"    -> cell {cell}: {line}", file=out, flush=True)
     except KeyboardInterrupt as exc:
         stopped = str(exc) or "SIGINT"
         removed = _clean_after_kernels()

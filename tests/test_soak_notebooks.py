@@ -68,6 +68,7 @@ def test_a_cell_that_fails_every_second_run_is_counted_once_in_two(tmp_path):
         f"run {r}/2 {p}" for r in (1, 2) for p in sorted([str(flaky), str(steady)])], out
     assert [ln.strip() for ln in out.splitlines() if ln.strip().startswith("cell ")] == ["cell 2: failed 1/2"], out
     assert "AssertionError: run 0 of this cell fails on purpose" in out, out
+    assert "    -> cell 2: AssertionError: run 0 of this cell fails on purpose" in out, out  # said as it happened
     assert f"{steady}: 0 failing cell(s)" in out, out
     assert "total: 1 failing cell(s), 1 failure(s) in 4 notebook run(s), 1 of them with a failing cell" in out, out
     assert (tmp_path / "a" / "runs.txt").read_text() == "2", "each run runs in the notebook's folder"
