@@ -69,6 +69,24 @@ def test_an_isolated_run_gets_the_default_and_an_explicit_choice_wins():
     assert pinned.ok and labutils.kit.measure.run_start_method(pinned) == "fork", pinned
 
 
+def test_a_runs_start_method_is_a_default_the_script_may_still_set():
+    """start_method= used to *set* the method (set_start_method(force=True)), so a script's own
+    set_start_method() failed with "context has already been set", which it never does outside the lab."""
+    code = textwrap.dedent('''
+        import multiprocessing
+
+        import labutils
+
+        if __name__ == "__main__":
+            before = multiprocessing.get_start_method(allow_none=True)  # None: nothing set (a plain call would set it)
+            multiprocessing.set_start_method("fork")
+            labutils.emit(before=before, after=multiprocessing.get_start_method())
+    ''')
+    run = labutils.run_isolated(code, start_method="spawn", env={startmethod.ENV: "forkserver"}, timeout=120)
+    assert run.ok, run.diagnosis
+    assert run.values["before"] is None and run.values["after"] == "fork", run.values
+
+
 def test_python_default_matches_the_platform_rule():
     expected = "spawn" if sys.platform in ("darwin", "win32") else (
         "forkserver" if sys.version_info >= (3, 14) else "fork")

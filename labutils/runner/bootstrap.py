@@ -372,12 +372,10 @@ def main() -> int:
     _labutils_child.record_temp_dirs(RUN_DIR)
     _track_processes()
     _watch_dataloader()
-    if cfg.get("start_method"):
-        import multiprocessing
-
-        multiprocessing.set_start_method(cfg["start_method"], force=True)
-    if os.environ.get("LABUTILS_START_METHOD"):  # a chosen method stands; the switch's fork server still applies
+    if os.environ.get("LABUTILS_START_METHOD"):  # the lab's switch: a changed default, not a set one
         _lab_default_start_method()
+    if cfg.get("start_method"):  # the run's own choice wins over the switch, and is a default too: the
+        _by_path("startmethod").set_default(cfg["start_method"])  # script may still set_start_method()
 
     code, namespace = _run_target(cfg)
     # Stop the loaders the script kept, then drop the script's objects, so that the exit codes below are

@@ -110,7 +110,8 @@ def run_isolated(
 
     Limits, each enforced for this run only:
 
-    * ``start_method``: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (multiprocessing default if None);
+    * ``start_method``: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (multiprocessing default if None), made
+      the run's default, not set: the script may still call ``set_start_method`` itself;
     * ``timeout``: seconds before every process of the run is SIGKILLed (outcome ``timed_out``); a
       Python stack dump of the main process and each DataLoader worker is taken first
       (``result.stacks``). ``None`` waits forever (not advised);
