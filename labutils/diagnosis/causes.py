@@ -389,10 +389,10 @@ TAUGHT = (
     ("DataLoader worker (pid(s) N) exited unexpectedly, whose __cause__ is an empty queue.Empty (after the "
      "loader's whole timeout)", "worker_exit",
      "A worker exited with code 0 before its work was done (its own SIGTERM handler, an exit(0)): PyTorch "
-     "reports only non-zero exits at once; let SIGTERM kill the worker, or re-raise it", "10_production_loader"),
+     "reports only non-zero exits at once; let SIGTERM kill the worker, or re-raise it", "10b_recommended_loader"),
     ("DataLoader worker (pid N) is killed by signal: Terminated.", "worker_exit",
      "Something outside the loader asked the job to stop (a scheduler, kill, a launcher): save and exit in the "
-     "main process's SIGTERM handler; do not catch it in workers", "10_production_loader"),
+     "main process's SIGTERM handler; do not catch it in workers", "10b_recommended_loader"),
     ("AttributeError: Can't get attribute 'LabeledDataset' on <module '__mp_main__' from 'train.py'>",
      "main_not_importable",
      "spawn/forkserver workers import the script as __mp_main__, where the __main__ block does not run: define "
@@ -401,7 +401,8 @@ TAUGHT = (
     ("UserWarning: 'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
      "won't be used", "ok",
      "Only a warning: PyTorch switched pinning off. Set it from the machine: "
-     "pin_memory=torch.accelerator.is_available()", "10_production_loader"),
+     "pin_memory=torch.cuda.is_available() (not torch.accelerator: on Apple MPS it is True and the DataLoader "
+     "still warns)", "10_production_loader"),
     ("RuntimeError: Caught RuntimeError in pin memory thread for device 0.", "worker_exception",
      "The pin-memory thread in the main process failed on a batch: its inner traceback names the batch type "
      "whose pin_memory() raised; return tensors (or types with a working pin_memory())",
