@@ -50,6 +50,10 @@ def outcome(how: str, rc: Optional[int], spec, monitor, stderr: str, cfg: dict) 
         return "timed_out", (f"no batch for {monitor.stalled['idle_s']:g} s (stall={spec.stall:g}) while DataLoader "
                              f"workers were alive, after {monitor.stalled['batches']} batches; the runner killed "
                              "every process of the run")
+    if how == "output" and monitor.overflow_of not in (None, "output"):
+        return "failed", (f"the run's processes wrote more than {monitor.evidence_limit // 2**20} MiB of "
+                          f"evidence records (the most to {monitor.overflow_of}: labutils.emit or DataLoader "
+                          "records in a loop); the runner stopped it")
     if how == "output":
         return "failed", (f"the run wrote more than {monitor.output_limit // 2**20} MiB to stdout/stderr; the "
                           "runner stopped it (its output is shown cut, see result.truncated)")

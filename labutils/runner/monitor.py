@@ -27,6 +27,10 @@ from .procfs import (
 
 #: a run whose stdout and stderr together grow past this is stopped (a print loop would fill the shared /tmp)
 OUTPUT_LIMIT = 256 * 2**20
+#: the same for the evidence records its processes append (``labutils.emit`` in a loop, a DataLoader
+#: error recorded on every retry of a catch-and-retry loop): the kernel reads them to a cap, the disk holds all
+EVIDENCE_LIMIT = 64 * 2**20
+EVIDENCE_FILES = (_rd.LOADER, _rd.EMITTED, _rd.EXITS, _rd.PROCS, _rd.CREATED_SHM, _rd.CREATED_TMP)
 #: ticks that may fail in a row before the monitor gives up (and, as the memory enforcer, stops the run)
 MAX_TICK_ERRORS = 20
 
@@ -52,8 +56,10 @@ class Monitor(threading.Thread):
         self.errors: list = []  # what went wrong in a tick: the watch carried on (see run())
         self.failed_closed = False  # the watchdog could not watch any more, so the run was stopped
         self.overflow = False
-        self.output_limit = OUTPUT_LIMIT
+        self.output_limit, self.evidence_limit = OUTPUT_LIMIT, EVIDENCE_LIMIT
+        self.overflow_of: Optional[str] = None  # "output" or the evidence file that grew past its limit
         self._outputs = [os.path.join(run_dir, _rd.STDOUT), os.path.join(run_dir, _rd.STDERR)]
+        self._evidence = [os.path.join(run_dir, name) for name in EVIDENCE_FILES]
         self.seen: dict = {}  # pid -> {"create_time", "name", "ppid", "peak_rss", "peak_uss", "role", ...}
         self.samples: list = []
         self.kills: list = []
@@ -237,13 +243,17 @@ class Monitor(threading.Thread):
     def _check_output(self) -> None:
         if self.overflow:
             return
-        total = 0
-        for path in self._outputs:
+        sizes = {}
+        for path in self._outputs + self._evidence:
             try:
-                total += os.stat(path).st_size
+                sizes[path] = os.stat(path).st_size
             except OSError:
-                pass
-        if total > self.output_limit:
+                sizes[path] = 0
+        if sum(sizes[p] for p in self._outputs) > self.output_limit:
+            self.overflow_of = "output"
+        elif sum(sizes[p] for p in self._evidence) > self.evidence_limit:
+            self.overflow_of = os.path.basename(max(self._evidence, key=sizes.__getitem__))
+        if self.overflow_of is not None:
             self.overflow = True
             if self.wake is not None:
                 self.wake()
