@@ -3,9 +3,12 @@
 Two ways, tried in this order:
 
 * **a child cgroup of the lab's own cgroup** (the path in ``/proc/self/cgroup``), where the lab may create
-  one (root in a container or VM, or a delegated cgroup): cgroup v1 ``memory.limit_in_bytes`` (and
-  ``memory.memsw.limit_in_bytes`` where swap is accounted), cgroup v2 ``memory.max`` and
-  ``memory.swap.max``. The run's main process writes its own pid into the group's ``cgroup.procs`` as
+  one: cgroup v1 ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes`` where swap is accounted),
+  as root in a container or VM on a v1 or hybrid host; cgroup v2 ``memory.max`` and ``memory.swap.max``,
+  which in practice works only where the lab runs in the root cgroup. On v2, a cgroup that holds
+  processes (the lab's own does: it holds the lab) cannot also hand the memory controller to children
+  (the "no internal processes" rule), and the lab does not move itself or enable controllers, so on a v2
+  container, VM or desktop this way is refused with that reason and the next one is tried. The run's main process writes its own pid into the group's ``cgroup.procs`` as
   the bootstrap's first act; the group is removed after the run, once every process in it is dead.
   Nothing else is written: no other cgroup file, no group anywhere but under the lab's own.
 * **a transient systemd scope** on cgroup v2 desktops without root: the run's command is prefixed with
@@ -262,8 +265,9 @@ def _child_group(version: int, parent: str, limit: int) -> tuple:
     if version == 2:
         control = (_read(os.path.join(parent, "cgroup.subtree_control")) or "").split()
         if "memory" not in control:
-            return None, (f"cgroup v2: the memory controller is not enabled for children of {parent} "
-                          "(the lab writes no cgroup file but its own run's)")
+            return None, (f"cgroup v2: the memory controller is not enabled for children of {parent}; a "
+                          "cgroup that holds processes (this one holds the lab) cannot enable it, and the lab "
+                          "writes no cgroup file but its own run's")
     name = f"labutils-run-{creator_tag()}-{uuid.uuid4().hex[:8]}"
     directory = os.path.join(parent, name)
     try:
