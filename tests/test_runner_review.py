@@ -163,6 +163,15 @@ def test_a_run_that_floods_its_output_is_stopped(monkeypatch):
     assert r.outcome == "failed" and "MiB to stdout/stderr" in r.reason and r.wall_time < 30, r.reason
 
 
+def test_a_run_that_floods_its_evidence_records_is_stopped(monkeypatch):
+    """labutils.emit in a loop writes nothing to stdout, but fills RUN_DIR/emitted.jsonl in the shared /tmp."""
+    from labutils.runner import monitor
+
+    monkeypatch.setattr(monitor, "EVIDENCE_LIMIT", 2 * 2**20)
+    r = run_isolated("import labutils\nwhile True:\n    labutils.emit(x='y' * 1000)\n", timeout=60)
+    assert r.outcome == "failed" and "emitted.jsonl" in r.reason and r.wall_time < 30, (r.outcome, r.reason)
+
+
 # ---------------------------------------------------------------- R1 / C3: after a dead runner
 def _dead_identity():
     p = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -228,6 +237,46 @@ def test_a_dead_runners_cgroup_is_removed_and_a_live_ones_kept():
         for d in (dead, mine):
             if os.path.isdir(d):
                 os.rmdir(d)
+
+
+def test_a_dead_runners_cgroup_processes_are_killed_without_pidfds(no_pidfd):
+    """The clean-up of a dead runner's group on a kernel without pidfds (simulated, see no_pidfd): its
+    process is still killed, by its start time checked around the membership check."""
+    version, parent = _cgroup.own_cgroup("memory")
+    if version != 1 or not os.access(parent, os.W_OK):
+        pytest.skip(f"needs a writable v1 memory cgroup to move a process into ({parent})")
+    pid, ticks = _dead_identity()
+    dead = os.path.join(parent, f"labutils-run-{pid}.{ticks}-0123abce")
+    try:
+        os.mkdir(dead)
+    except OSError as exc:
+        pytest.skip(f"cannot make a child cgroup here: {exc}")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        with open(os.path.join(dead, "cgroup.procs"), "w") as fh:  # a group this test made, for its own child
+            fh.write(str(sleeper.pid))
+        done = ownership.clean_after_dead_runners("/nonexistent", force=True)
+        assert sleeper.wait(timeout=5) == -signal.SIGKILL
+        assert dead in done["cgroups"] and not os.path.exists(dead)
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+        if os.path.isdir(dead):
+            os.rmdir(dead)
+
+
+def test_kill_verified_signals_only_while_the_check_holds(no_pidfd):
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not ownership.kill_verified(sleeper.pid, lambda pid: False)
+        assert sleeper.poll() is None
+        assert ownership.kill_verified(sleeper.pid, lambda pid: True)
+        assert sleeper.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
 
 
 # ---------------------------------------------------------------- R4: the monitor survives a bad tick

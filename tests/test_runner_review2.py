@@ -1,10 +1,11 @@
-"""The review's remaining findings (../shared/reviews/runner.md: S3, S5, S6, W5-W9), each with a test that
-fails without its fix. Where a machine's condition cannot be produced here it is simulated, and the test
-says so."""
+"""The review's remaining findings (../shared/reviews/runner.md: S3, S5, S6, W3's start-up, W5-W9, R1's warm
+orphans), each with a test that fails without its fix. Where a machine's condition cannot be produced here
+it is simulated, and the test says so."""
 
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -166,6 +167,153 @@ def test_replacing_the_template_does_not_kill_another_threads_warm_run(monkeypat
         "the replaced template was not closed once idle"
     monkeypatch.delenv("LABUTILS_TEST_NEW_TEMPLATE")
     warm.shutdown()
+
+
+# --------------------------------------------------------------------------- W3: a template still starting
+SLOW_ZYGOTE = """import runpy, sys, time
+time.sleep({delay})
+sys.argv = [{real!r}] + sys.argv[1:]
+runpy.run_path({real!r}, run_name="__main__")
+"""
+
+
+def test_a_template_still_starting_does_not_take_the_runs_time(tmp_path, monkeypatch):
+    """SIMULATED slow start (an NFS import of torch, a busy machine): the template's script sleeps 8 s
+    first. A run with a 5 s timeout must not spend it waiting: it starts cold and finishes, and the
+    template, left to start, serves the next run warm."""
+    from labutils.runner import warm
+
+    warm.shutdown()
+    slow = tmp_path / "slow_zygote.py"
+    slow.write_text(SLOW_ZYGOTE.format(delay=8, real=warm.ZYGOTE))
+    monkeypatch.setattr(warm, "ZYGOTE", str(slow))
+    try:
+        r = run_isolated("print('done')", timeout=5)
+        assert r.outcome == "ok" and r.stdout.strip() == "done", (r.outcome, r.launcher, r.stderr)
+        assert r.launcher["kind"] == "cold" and "still starting" in r.launcher["why_cold"], r.launcher
+        assert r.wall_time < 5, r.wall_time
+        pid = warm.template_pid()
+        assert pid is not None, "the template was discarded instead of left to start"
+        nxt = run_isolated("print('warm')", timeout=60)
+        assert nxt.outcome == "ok" and nxt.launcher["kind"] == "warm", nxt.launcher
+        assert warm.template_pid() == pid and nxt.wall_time < 5, nxt.wall_time  # its start is not the run's time
+    finally:
+        warm.shutdown()
+
+
+# --------------------------------------------------------------------------- W5: what a fresh process differs in
+UMASK = "import os\nm = os.umask(0)\nos.umask(m)\nprint(oct(m))"
+
+
+def test_a_changed_umask_gives_a_warm_run_the_kernels_new_umask():
+    """A fresh process inherits the runner's umask now; the template's is that of its start."""
+    from labutils.runner import warm
+
+    first = run_isolated(UMASK, launcher="warm", timeout=60)
+    old = os.umask(0o027)
+    try:
+        r = run_isolated(UMASK, launcher="warm", timeout=60)
+    finally:
+        os.umask(old)
+    assert first.outcome == r.outcome == "ok", (first.stderr, r.stderr)
+    assert r.stdout.strip() == "0o27" and first.stdout.strip() == oct(old), (first.stdout, r.stdout)
+    assert r.launcher["kind"] == "warm", r.launcher
+    warm.shutdown()
+
+
+def test_an_install_into_site_packages_replaces_the_template(tmp_path, monkeypatch):
+    """SIMULATED ``%pip install``: a directory standing for site-packages gets a new ``*.dist-info``, as an
+    install does (the real ones are in the stamp list too, with torch's and numpy's ``__init__.py``)."""
+    from labutils.runner import warm
+
+    real = warm.package_dirs()
+    assert any(p.endswith(os.path.join("torch", "__init__.py")) for p in real), real
+    assert any(os.path.basename(p) in ("site-packages", "dist-packages") for p in real), real
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.setattr(warm, "_packages", [*real, str(site)])
+    assert run_isolated("pass", launcher="warm", timeout=60).outcome == "ok"
+    before = warm.template_pid()
+    assert run_isolated("pass", launcher="warm", timeout=60).outcome == "ok"
+    assert warm.template_pid() == before  # nothing changed: the same template
+    stamp = os.stat(site).st_mtime_ns
+    (site / "newpkg-1.0.dist-info").mkdir()
+    os.utime(site, ns=(stamp + 10**9, stamp + 10**9))  # a coarse-clock filesystem still sees the change
+    r = run_isolated("pass", launcher="warm", timeout=60)
+    assert r.outcome == "ok" and r.launcher["kind"] == "warm" and warm.template_pid() != before, r.launcher
+    warm.shutdown()
+
+
+# --------------------------------------------------------------------------- a killed runner's warm orphans
+WARM_FORKER = """import os, time
+pid = os.fork()
+if pid == 0:
+    time.sleep(120)
+    os._exit(0)
+with open({path!r} + ".tmp", "w") as fh:
+    fh.write(str(pid))
+os.rename({path!r} + ".tmp", {path!r})
+time.sleep(120)
+"""
+RUNNER = """import sys
+from labutils import run_isolated
+run_isolated(open(sys.argv[1]).read(), launcher="warm", timeout=300)
+"""
+
+
+def test_a_killed_runners_warm_orphan_is_found_and_removed_from_proc_alone(tmp_path):
+    """A kernel killed outright (SIGKILL, a restart) while a warm run's forked child lives: the template
+    and the run's main process end with it, the forked child does not. Nothing of the runner's memory is
+    left; this process never ran it: it is found (find_strays) and killed (the clean-up) by the template's
+    mark in its environment, which names the dead runner."""
+    from labutils.runner import ownership
+
+    pid_file = tmp_path / "child.pid"
+    cell = tmp_path / "cell.py"
+    cell.write_text(WARM_FORKER.format(path=str(pid_file)))
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    env = {**os.environ, "TMPDIR": str(runs)}
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(cell)], env=env)
+    child = None
+    try:
+        deadline = time.monotonic() + 90
+        while not pid_file.exists() and time.monotonic() < deadline and runner.poll() is None:
+            time.sleep(0.1)
+        assert pid_file.exists(), "the warm run did not start"
+        child = int(pid_file.read_text())
+        assert ownership.template_mark(child) == (runner.pid, _procs_ticks(runner.pid)), "not a warm run"
+        runner.kill()
+        runner.wait()
+        assert _alive(child), "the forked child should outlive its runner (it has no PDEATHSIG)"
+        assert child in ownership.find_strays()
+        done = ownership.clean_after_dead_runners(str(runs), force=True)
+        assert child in done["processes"], done
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+        assert not [n for n in os.listdir(runs) if n.startswith("labutils-run-")], os.listdir(runs)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        if child is not None and _alive(child) and ownership.template_mark(child):
+            os.kill(child, 9)
+
+
+def _procs_ticks(pid):
+    from labutils.runner import procs
+
+    return procs.start_ticks(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------- W9: the live chart's USS

@@ -280,14 +280,18 @@ def _child_env(spec: RunSpec, run_dir: str) -> dict:
     return env
 
 
-def _launch(spec: RunSpec, run_dir: str, cmd: list, env: dict, why_cold: Optional[str], deadline) -> tuple:
-    """Start the run (warm where it may, else cold): ``(process, why_cold)``."""
+def _launch(spec: RunSpec, run_dir: str, cmd: list, env: dict, why_cold: Optional[str]) -> tuple:
+    """Start the run (warm where it may, else cold): ``(process, why_cold)``. A template still starting is
+    waited for at most the run's timeout (a launcher='warm' run waits for it in full)."""
     out_path, err_path = os.path.join(run_dir, _rd.STDOUT), os.path.join(run_dir, _rd.STDERR)
     proc = None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         if why_cold is None:
+            wait = None if spec.launcher == "warm" else spec.timeout
             try:
-                proc = _warm.spawn(env, run_dir, spec.cwd, out, err, deadline=deadline)
+                proc = _warm.spawn(env, run_dir, spec.cwd, out, err, wait=wait)
+            except _warm.NotReady as exc:
+                why_cold = f"{exc}, longer than the run's timeout, so this run started cold"
             except OSError as exc:
                 if spec.launcher == "warm":
                     raise IsolationError(f"the warm launcher failed: {exc}; use launcher='auto'") from None
@@ -346,12 +350,12 @@ def _execute(run_dir, cfg, spec, options, prefix, group, why_cold) -> RunResult:
     run = _Run(spec, cfg, options, run_dir, group)
     cmd, env = _command(spec, run_dir, prefix, group), _child_env(spec, run_dir)
     shm_before = _ownership.shm_entries()
-    t0 = time.monotonic()
-    deadline = None if spec.timeout is None else t0 + spec.timeout
     try:  # from the first fd on: whatever fails, no fd and no process is left
         run.kmsg = _cgroup.kernel_log_reader() if group.memory is not None else None
         run.wake = os.pipe()
-        run.proc, why_cold = _launch(spec, run_dir, cmd, env, why_cold, deadline)
+        run.proc, why_cold = _launch(spec, run_dir, cmd, env, why_cold)
+        t0 = time.monotonic()  # the run's time starts with its process, not with a template still starting
+        deadline = None if spec.timeout is None else t0 + spec.timeout
         run.launcher = {"kind": "cold" if why_cold else "warm", "why_cold": why_cold,
                         "tracking": "pidfd" if _caps.has_pidfd() else "pid and start time (no pidfds here)"}
         run.pidfd = _leader_pidfd(run.proc)

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Mapping, Optional, Sequence
 
+from . import capabilities as _caps
 from . import procs as _procs
 from . import rundir as _rd
 from . import warm as _warm
@@ -114,45 +115,70 @@ def ledger(created: list, leftover: list, ticks: Mapping) -> None:
 
 
 def find_strays() -> list:
-    """Pids of this user's processes left over from finished isolated runs (their run directory is gone).
+    """Pids of this user's processes left over from finished isolated runs.
 
-    Every process of a cold run, workers included, carries ``LABUTILS_RUN_DIR`` in its environment; the
-    directory is deleted when the run is over, so a live process that still names a missing directory
-    has outlived its run. "Missing" is judged as that process sees the file system (through
-    ``/proc/PID/root``): with a private /tmp (``PrivateTmp=``, a per-user mount namespace, a container) a
-    live run's directory is invisible from here but there for it. Only processes of this user (real uid)
-    are looked at: another user's runs are theirs. A warm run's processes are found by the session of its
-    main process. Expected result: ``[]``.
+    * A cold run's processes, workers included, carry ``LABUTILS_RUN_DIR`` in their environment; the
+      directory is deleted when the run is over, so a live process that still names a missing directory
+      has outlived its run. "Missing" is judged as that process sees the file system (through
+      ``/proc/PID/root``): with a private /tmp (``PrivateTmp=``, a per-user mount namespace, a container)
+      a live run's directory is invisible from here but there for it.
+    * A warm run's forked processes carry the template's mark (``LABUTILS_TEMPLATE``, its runner's pid
+      and start time) in the environment they inherited. One has outlived its run when its session's
+      main process is gone (the number is free, or a newer process's), or when the runner is dead.
+      Both are read from /proc, so a kernel restart loses nothing.
 
-    This is a report for a person to read, not a kill list: ``run_isolated`` already stops and removes its
-    own runs' processes by identity, and a pid listed here may be gone or reused by the time it is read.
+    Only processes of this user (real uid) are looked at: another user's runs are theirs. Expected
+    result: ``[]``. This is a report for a person to read, not a kill list: ``run_isolated`` already stops
+    and removes its own runs' processes by identity, and a pid listed here may be gone or reused by the
+    time it is read.
     """
     psutil = _psutil()
     strays = []
-    sessions = {}
-    for sid, ticks, ended in _warm.finished_sessions:
-        sessions.setdefault(sid, []).append((ticks, ended))
     me = os.getuid()
     for proc in psutil.process_iter(["pid"]):
         try:
-            if proc.uids().real != me:
+            if proc.uids().real != me or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             run_dir = proc.environ().get("LABUTILS_RUN_DIR")
-            if run_dir and not _dir_seen_by(proc.pid, run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
+            if run_dir and not _dir_seen_by(proc.pid, run_dir):
                 strays.append(proc.pid)
-            elif sessions:
-                # a warm run's processes were forked, not executed: their /proc environ is the template's.
-                # They are known by the session of the run's main process, and by having started while it ran.
-                fields = _procs.stat_fields(proc.pid)
-                if not fields or int(fields[3]) not in sessions or fields[0] == b"Z":
-                    continue
-                wall = _procs.start_wall(int(fields[19]))
-                if any(ticks is not None and _procs.start_wall(ticks) - 0.02 <= wall <= ended
-                       for ticks, ended in sessions[int(fields[3])]):
-                    strays.append(proc.pid)
+            elif _warm_stray(proc.pid):
+                strays.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError, ValueError, IndexError):
             continue
     return strays
+
+
+def template_mark(pid: int) -> Optional[tuple]:
+    """``(runner pid, runner start ticks)`` from the template mark in ``pid``'s environment, or None."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = fh.read()
+    except OSError:
+        return None
+    key = _warm.TEMPLATE_ENV.encode() + b"="
+    for item in env.split(b"\0"):
+        if item.startswith(key):
+            try:
+                runner, ticks = item[len(key):].split(b".")
+                return int(runner), int(ticks)
+            except ValueError:
+                return None
+    return None
+
+
+def _warm_stray(pid: int) -> bool:
+    mark = template_mark(pid)
+    if mark is None:
+        return False
+    if not runner_alive(*mark):
+        return True  # its runner is dead: nothing supervises it (the template and its runs end with it)
+    fields = _procs.stat_fields(pid)
+    sid, ticks = int(fields[3]), int(fields[19])
+    if sid == pid:
+        return False  # a session's own leader: the template, or a warm run's main process, supervised
+    leader = _procs.start_ticks(sid)
+    return leader is None or leader > ticks  # its run's main process is gone (the number free or reused)
 
 
 def _dir_seen_by(pid: int, path: str) -> bool:
@@ -224,8 +250,61 @@ def clean_after_dead_runners(tmp: Optional[str] = None, force: bool = False) -> 
     _cleaned.set()
     done = {"run_dirs": [], "processes": [], "cgroups": []}
     _clean_run_dirs(tmp or tempfile.gettempdir(), done)
+    _clean_template_orphans(done)
     _clean_cgroups(done)
     return done
+
+
+def _clean_template_orphans(done: dict) -> None:
+    """A warm run's forked processes (a Pool's workers, a forked helper) do not carry the run's directory in
+    their environment, but they do carry the template's mark, which names the runner: where that runner is
+    dead, they are orphans of a run nobody supervises any more."""
+    me = os.getuid()
+    try:
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return
+    for pid in entries:
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != me:
+                continue
+        except OSError:
+            continue
+        mark = template_mark(pid)
+        if mark is None or runner_alive(*mark):
+            continue
+        if kill_verified(pid, lambda p, mark=mark: template_mark(p) == mark):
+            done["processes"].append(pid)
+
+
+def kill_verified(pid: int, still_ours) -> bool:
+    """SIGKILL ``pid`` if ``still_ours(pid)`` holds while a handle on it is held: a pidfd where pidfds work
+    (a recycled number can never be hit), else its start time read before and after the check (a window
+    of microseconds remains between the last read and the signal, as in psutil)."""
+    ticks = _procs.start_ticks(pid)
+    if ticks is None:
+        return False
+    fd = None
+    if _caps.has_pidfd():
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return False
+    try:
+        if _procs.start_ticks(pid) != ticks or not still_ours(pid):
+            return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        elif _procs.start_ticks(pid) == ticks:
+            os.kill(pid, signal.SIGKILL)
+        else:
+            return False
+        return True
+    except OSError:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _clean_run_dirs(tmp: str, done: dict) -> None:
@@ -286,26 +365,23 @@ def _clean_cgroups(done: dict) -> None:
 
 def _kill_group(path: str) -> None:
     """The processes in a dead runner's group are that run's: the group is the lab's, made for it."""
+    procs_file = os.path.join(path, "cgroup.procs")
+
+    def in_group(pid: int) -> bool:  # checked with the handle held: the same process
+        try:
+            with open(procs_file, encoding="ascii") as fh:
+                return str(pid) in fh.read().split()
+        except OSError:
+            return False
+
     for _ in range(50):
         try:
-            with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as fh:
+            with open(procs_file, encoding="ascii") as fh:
                 pids = [int(x) for x in fh.read().split()]
         except (OSError, ValueError):
             return
         if not pids:
             return
         for pid in pids:
-            try:
-                fd = os.pidfd_open(pid)
-            except (OSError, AttributeError):
-                continue
-            try:
-                with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as fh:
-                    still = str(pid) in fh.read().split()  # checked with the handle held: the same process
-                if still:
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            kill_verified(pid, in_group)
         time.sleep(0.02)

@@ -26,8 +26,15 @@ Every request to the template has a time limit, and a request that fails in any 
 interrupt between the question and the answer) discards the template: an answer left in the socket would
 be read as the answer to the next question.
 
-The template is started with this process's environment; if that changes (or the open-files limit
-does), the template is replaced before the next warm run.
+The template is started with this process's environment; if that changes, or anything else a fresh
+process would start with differently (a resource limit, the CPU affinity, the umask, or the installed
+packages: a ``%pip install`` in the kernel changes the site-packages directories, and torch's or numpy's
+files, which the template imported before), it is replaced before the next warm run.
+
+The template starts in the background (it imports torch: 2-3 s here, far more on a busy machine or a
+slow disk). A run waits for it at most as long as its own ``timeout`` (and :data:`START_TIMEOUT` in all);
+a run that would wait longer starts cold, and the template goes on starting for the next run. The wait
+is not the run's: the run's timeout and ``wall_time`` count from the moment its process starts.
 """
 
 from __future__ import annotations
@@ -65,8 +72,10 @@ def supported() -> bool:
 
 _lock = threading.Lock()
 _template: Optional["_Template"] = None
-#: (session id, leader start ticks, end time) of finished warm runs: what find_strays looks for
-finished_sessions: list = []
+#: in the template's environment (so in every process forked from it: a warm run's main process and its
+#: forked workers): ``RUNNER_PID.RUNNER_START_TICKS``. What ``ownership.find_strays`` and the clean-up after
+#: a dead runner know a warm run's processes by; a warm run's own ``os.environ`` does not have it.
+TEMPLATE_ENV = "LABUTILS_TEMPLATE"
 
 
 def launcher_setting(value: Optional[str]) -> str:
@@ -159,46 +168,128 @@ def _key(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if not _runtime_key(k)))
 
 
-def _nofile() -> Optional[tuple]:
+def _rlimits() -> tuple:
     try:
         import resource
-
-        return resource.getrlimit(resource.RLIMIT_NOFILE)
     except ImportError:  # pragma: no cover
+        return ()
+    return tuple((name, resource.getrlimit(getattr(resource, name)))
+                 for name in sorted(dir(resource)) if name.startswith("RLIMIT_"))
+
+
+def _umask() -> Optional[str]:
+    try:  # /proc (Linux 4.7+) reads it without changing it; os.umask would set it, racing other threads
+        with open("/proc/self/status", encoding="ascii") as fh:
+            return next((line.split()[1] for line in fh if line.startswith("Umask:")), None)
+    except OSError:
         return None
+
+
+def package_dirs() -> list:
+    """What a ``pip install`` changes: the site-packages directories on ``sys.path`` (an install adds or
+    renames a ``*.dist-info`` there) and the ``__init__.py`` of the packages the template imports."""
+    import importlib.util
+
+    found = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    for name in _HEAVY:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin:
+            found.append(spec.origin)
+    return found
+
+
+def _mtimes(paths: list) -> tuple:
+    stamps = []
+    for path in paths:
+        try:
+            stamps.append((path, os.stat(path).st_mtime_ns))
+        except OSError:
+            stamps.append((path, None))
+    return tuple(stamps)
+
+
+_packages: Optional[list] = None
+
+
+def process_state() -> tuple:
+    """What a fresh process would inherit or import differently from the template, apart from the
+    environment: every resource limit, the CPU affinity, the umask, and the installed packages' stamps."""
+    global _packages
+    if _packages is None:
+        _packages = package_dirs()
+    affinity = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else None
+    return _rlimits(), affinity, _umask(), _mtimes(_packages)
 
 
 class _Template:
     def __init__(self, env: dict):
         self.env = dict(env)
         self.key = _key(env)
-        self.nofile = _nofile()
+        self.state = process_state()
         ours, theirs = socket.socketpair()
+        from . import procs as _procs
+
+        mark = f"{os.getpid()}.{_procs.start_ticks(os.getpid())}"
         self.proc = subprocess.Popen([sys.executable, ZYGOTE, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env=self.env, start_new_session=True)
+                                     stderr=subprocess.DEVNULL, env={**self.env, TEMPLATE_ENV: mark},
+                                     start_new_session=True)
         theirs.close()
         self.sock = ours
         self.buf = bytearray()
         self.lock = threading.Lock()
         self.poisoned: Optional[str] = None
         self.users = 0  # runs started from it (or about to be) and not yet reaped; see _get
+        self.started = time.monotonic()
+        self.ready = False  # the answer to the first ping (sent now) comes once torch is imported there
         try:
-            self.ask({"op": "ping"}, timeout=START_TIMEOUT)  # returns once torch is imported there
+            with self.lock:
+                self.sock.sendall(b'{"op": "ping"}\n')
         except BaseException:
             self.close()
             raise
 
     def matches(self, env: dict) -> bool:
         return (self.poisoned is None and self.proc.poll() is None and _key(env) == self.key
-                and _nofile() == self.nofile)
+                and process_state() == self.state)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for the template to have started. False: not yet (it goes on
+        starting; nothing is lost). Past :data:`START_TIMEOUT` from its start it is discarded (OSError)."""
+        with self.lock:
+            if self.ready:
+                return True
+            self._check()
+            left = START_TIMEOUT - (time.monotonic() - self.started)
+            try:
+                line = self._read(min(timeout, left)) if left > 0 else None
+            except socket.timeout:
+                line = None
+            except BaseException as exc:
+                self._poison("start", exc)
+                raise
+            if line is not None:
+                self.ready = True
+                return True
+            if time.monotonic() - self.started < START_TIMEOUT:
+                return False
+            exc = OSError(f"the warm template did not start within {START_TIMEOUT:.0f} s")
+            self._poison("start", exc)
+            raise exc
 
     def ask(self, request: dict, fds: tuple = (), timeout: float = ASK_TIMEOUT) -> tuple:
         """Send one request and read its answer within ``timeout`` seconds. Any failure on the way (a
         timeout, an interrupt, the template gone) poisons the template: it is closed, never asked again."""
+        if not self.ready and not self.wait_ready(timeout):
+            exc = OSError(f"the warm template had not started within {timeout:.0f} s")
+            with self.lock:
+                self._poison(str(request.get("op")), exc)
+            raise exc
         with self.lock:
-            if self.poisoned is not None:
-                raise OSError(f"the warm template was discarded ({self.poisoned})")
+            self._check()
             got: list = []
             try:
                 self.sock.settimeout(max(0.001, timeout))
@@ -207,24 +298,40 @@ class _Template:
                     socket.send_fds(self.sock, [data], list(fds))
                 else:
                     self.sock.sendall(data)
-                while b"\n" not in self.buf:
-                    chunk, anc, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, 2)
-                    got.extend(anc)
-                    if not chunk:
-                        raise OSError("the warm template exited")
-                    self.buf.extend(chunk)
-                line, _, rest = bytes(self.buf).partition(b"\n")
-                self.buf[:] = rest
-                return json.loads(line), got
+                return json.loads(self._read(timeout, got)), got
             except BaseException as exc:
                 for fd in got:
                     os.close(fd)
-                self.poisoned = f"{request.get('op')}: {exc!r}"
-                self._kill()
+                self._poison(str(request.get("op")), exc)
                 if isinstance(exc, socket.timeout):
                     raise OSError(f"the warm template did not answer {request.get('op')!r} within "
                                   f"{timeout:.0f} s") from None
                 raise
+
+    def _check(self) -> None:
+        if self.poisoned is not None:
+            raise OSError(f"the warm template was discarded ({self.poisoned})")
+
+    def _read(self, timeout: float, got: Optional[list] = None) -> bytes:
+        """One answer line (raises socket.timeout; a partial line stays in the buffer for the next read)."""
+        self.sock.settimeout(max(0.001, timeout))
+        while b"\n" not in self.buf:
+            chunk, anc, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, 2)
+            if got is not None:
+                got.extend(anc)
+            else:
+                for fd in anc:
+                    os.close(fd)
+            if not chunk:
+                raise OSError("the warm template exited")
+            self.buf.extend(chunk)
+        line, _, rest = bytes(self.buf).partition(b"\n")
+        self.buf[:] = rest
+        return line
+
+    def _poison(self, op: str, exc: BaseException) -> None:
+        self.poisoned = f"{op}: {exc!r}"
+        self._kill()
 
     def _kill(self) -> None:
         """End the template now; its children (a run it started) die with it (PDEATHSIG)."""
@@ -318,8 +425,6 @@ class WarmProcess:
                 status = None
             if status is not None:
                 self.returncode = os.waitstatus_to_exitcode(status)
-            finished_sessions.append((self.pid, self.start_ticks, time.time()))
-            del finished_sessions[:-1000]
         if not self._released:
             self._released = True
             _release(self.template)
@@ -336,14 +441,23 @@ def template_env(env: dict) -> dict:
     return base
 
 
-def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr, deadline: Optional[float] = None) -> WarmProcess:
-    """Start ``bootstrap.py RUN_DIR`` as a child of the template; raises OSError if the template fails or
-    does not answer before ``deadline`` (``time.monotonic()``; at most :data:`ASK_TIMEOUT` from now)."""
+class NotReady(OSError):
+    """The template is still starting; it goes on starting for the next run."""
+
+
+def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr, wait: Optional[float] = None) -> WarmProcess:
+    """Start ``bootstrap.py RUN_DIR`` as a child of the template. A template still starting is waited for
+    at most ``wait`` seconds (None: :data:`START_TIMEOUT`), then :class:`NotReady`; OSError if the template
+    fails or does not answer within :data:`ASK_TIMEOUT`."""
     template = _get(template_env(env))
-    left = ASK_TIMEOUT if deadline is None else min(ASK_TIMEOUT, deadline - time.monotonic())
     try:
+        limit = START_TIMEOUT if wait is None else min(wait, START_TIMEOUT)
+        t0 = time.monotonic()
+        if not template.wait_ready(limit):
+            raise NotReady(f"the warm template was still starting (importing torch) after "
+                           f"{time.monotonic() - t0:.1f} s")
         reply, fds = template.ask({"op": "spawn", "run_dir": run_dir, "cwd": os.path.abspath(cwd or os.getcwd()),
-                                   "env": env}, (stdout.fileno(), stderr.fileno()), timeout=left)
+                                   "env": env}, (stdout.fileno(), stderr.fileno()))
     except BaseException:
         _release(template)
         raise
