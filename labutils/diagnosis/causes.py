@@ -270,9 +270,9 @@ _ENTRIES = [
     ),
     Cause(
         "worker_exit",
-        "worker exited with a non-zero exit code without a signal",
-        "a worker process ended early (an exit code, or an exit(0) before its work was done) without a "
-        "Python traceback", "01_read_the_error",
+        "worker ended early without a traceback: an exit code, an exit(0), or a SIGTERM from outside",
+        "a worker process ended early (an exit code, an exit(0) before its work was done, or SIGTERM from "
+        "outside the script) without a Python traceback", "01_read_the_error",
         fixes=(
             ("Something in the worker called sys.exit()/os._exit() or a library exited: rerun with "
              "num_workers=0 to see it in-process, and read the worker stderr", "01"),
