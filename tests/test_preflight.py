@@ -73,6 +73,27 @@ def test_a_watchdog_budget_and_a_missing_gloo_are_said():
     assert found["11_cuda_and_accelerators"].level == "shows"
 
 
+def test_no_loopback_tcp_means_notebook_12_cannot_run():
+    """SIMULATED verdict (a sandbox that refuses TCP on 127.0.0.1); the probe itself is real below."""
+    steps = [pf.Step(f, "OK", "", data={}) for f in pf.FAMILIES]
+    ctx = {**_ctx(steps), "loopback": "PermissionError: [Errno 1] Operation not permitted"}
+    found = {v.notebook: v for v in pf.verdicts(ctx)}
+    assert found["12_distributed_torchrun"].level == "cannot" and "127.0.0.1" in found["12_distributed_torchrun"].text
+    assert found["04_memory_and_oom"].level == "shows"
+
+
+def test_the_loopback_probe_connects_here_and_names_a_refusal(monkeypatch):
+    import socket
+
+    assert pf.loopback_tcp() is None
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    assert pf.loopback_tcp() == "PermissionError: [Errno 1] Operation not permitted"
+
+
 def test_one_reproduction_and_the_kernel_round_trip_are_real_runs():
     step = pf.reproduce("native_crash")
     assert step.status == "OK" and step.data["cause"] == "native_crash", step

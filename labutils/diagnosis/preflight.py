@@ -196,9 +196,30 @@ def _requirement_module(name: str, why: str) -> Callable:
 
 
 def _requirement_gloo(ctx: dict) -> tuple:
-    if ctx.get("gloo"):
-        return "ok", ""
-    return "cannot", "torch.distributed with the gloo backend is not available in this torch build"
+    if not ctx.get("gloo"):
+        return "cannot", "torch.distributed with the gloo backend is not available in this torch build"
+    if ctx.get("loopback"):
+        return "cannot", (f"torchrun's local rendezvous and gloo need TCP on 127.0.0.1, and here a listener on a "
+                          f"free loopback port could not be reached ({ctx['loopback']})")
+    return "ok", ""
+
+
+def loopback_tcp(timeout: float = 5.0) -> Optional[str]:
+    """None when a TCP listener on a free port of 127.0.0.1 accepts a connection from this process (what
+    ``torchrun --standalone``'s store and gloo's ranks need); else what failed, in one line."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            server.settimeout(timeout)
+            with socket.create_connection(server.getsockname(), timeout=timeout):
+                conn, _addr = server.accept()
+                conn.close()
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _requirement_kernel(ctx: dict) -> tuple:
@@ -231,7 +252,8 @@ def _family_requirement(step: Optional[Step]) -> tuple:
 
 def verdicts(ctx: dict) -> list:
     """One :class:`Verdict` per notebook from ``ctx``: ``doctor`` (a DoctorReport), ``steps`` (name ->
-    Step), ``cuda`` and ``gloo`` (bools); a family that was not run (``--only``) counts as not checked."""
+    Step), ``cuda`` and ``gloo`` (bools), ``loopback`` (None, or why TCP on 127.0.0.1 failed); a family
+    that was not run (``--only``) counts as not checked."""
     out = []
     for notebook, needs in NOTEBOOKS.items():
         found = {"cannot": [], "partly": []}
@@ -315,7 +337,8 @@ def preflight(families: Optional[Sequence[str]] = None, kernel: bool = True, pro
         if progress:
             progress(steps[-1])
     cuda, gloo = _torch_facts()
-    ctx = {"doctor": report, "steps": {s.name: s for s in steps}, "cuda": cuda, "gloo": gloo}
+    ctx = {"doctor": report, "steps": {s.name: s for s in steps}, "cuda": cuda, "gloo": gloo,
+           "loopback": loopback_tcp()}
     return PreflightReport(report, steps, verdicts(ctx), time.monotonic() - t0)
 
 
