@@ -302,6 +302,59 @@ def test_a_killed_runners_warm_orphan_is_found_and_removed_from_proc_alone(tmp_p
             os.kill(child, 9)
 
 
+DETACHER = """import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+with open({path!r} + ".tmp", "w") as fh:
+    fh.write(str(child.pid))
+import os
+os.rename({path!r} + ".tmp", {path!r})
+time.sleep(120)
+"""
+COLD_RUNNER = """import sys
+from labutils import run_isolated
+run_isolated(open(sys.argv[1]).read(), launcher="cold", timeout=300)
+"""
+
+
+def test_a_killed_runners_detached_child_is_removed_wherever_its_run_dir_was(tmp_path):
+    """A cold run starts a process in a session of its own (out of the run's group and session), then the
+    runner is killed outright. The run directory is in a temporary folder the next lab never looks at (a
+    test session's own, here): the orphan is still found, by the runner's identity in its environment."""
+    from labutils.runner import ownership
+
+    pid_file = tmp_path / "child.pid"
+    cell = tmp_path / "cell.py"
+    cell.write_text(DETACHER.format(path=str(pid_file)))
+    runs = tmp_path / "elsewhere"
+    runs.mkdir()
+    runner = subprocess.Popen([sys.executable, "-c", COLD_RUNNER, str(cell)], env={**os.environ, "TMPDIR": str(runs)})
+    child = None
+    try:
+        deadline = time.monotonic() + 90
+        while not pid_file.exists() and time.monotonic() < deadline and runner.poll() is None:
+            time.sleep(0.1)
+        assert pid_file.exists(), "the run did not start its child"
+        child = int(pid_file.read_text())
+        assert ownership.runner_marks(child).get("LABUTILS_RUNNER") == (runner.pid, _procs_ticks(runner.pid))
+        runner.kill()
+        runner.wait()
+        time.sleep(0.5)
+        assert _alive(child), "a child in a session of its own outlives its runner"
+        done = ownership.clean_after_dead_runners(str(tmp_path / "not-the-run-dirs-folder"), force=True)
+        assert child in done["processes"], done
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        if child is not None and _alive(child) and ownership.runner_marks(child):
+            os.kill(child, 9)
+        shutil.rmtree(runs, ignore_errors=True)
+
+
 def _procs_ticks(pid):
     from labutils.runner import procs
 

@@ -8,8 +8,9 @@ Two ways, tried in this order:
   which in practice works only where the lab runs in the root cgroup. On v2, a cgroup that holds
   processes (the lab's own does: it holds the lab) cannot also hand the memory controller to children
   (the "no internal processes" rule), and the lab does not move itself or enable controllers, so on a v2
-  container, VM or desktop this way is refused with that reason and the next one is tried. The run's main process writes its own pid into the group's ``cgroup.procs`` as
-  the bootstrap's first act; the group is removed after the run, once every process in it is dead.
+  container, VM or desktop this way is refused with that reason and the next one is tried. The run's
+  main process writes its own pid into the group's ``cgroup.procs`` as the bootstrap's first act; the
+  group is removed after the run, once every process in it is dead.
   Nothing else is written: no other cgroup file, no group anywhere but under the lab's own.
 * **a transient systemd scope** on cgroup v2 desktops without root: the run's command is prefixed with
   ``systemd-run --user --scope -p MemoryMax=... -p MemorySwapMax=0``; systemd removes the scope.

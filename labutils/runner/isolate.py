@@ -274,6 +274,7 @@ def _child_env(spec: RunSpec, run_dir: str) -> dict:
     env.update(spec.env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["LABUTILS_RUN_DIR"] = run_dir
+    env[_warm.RUNNER_ENV] = _warm.runner_mark()
     tmp = _ownership.run_temp_dir(run_dir)
     if tmp is not None and not any(name in spec.env for name in _rd.TMP_VARS):  # a learner's own TMPDIR wins
         env.update(dict.fromkeys(_rd.TMP_VARS, tmp))

@@ -151,28 +151,46 @@ def find_strays() -> list:
 
 def template_mark(pid: int) -> Optional[tuple]:
     """``(runner pid, runner start ticks)`` from the template mark in ``pid``'s environment, or None."""
+    return runner_marks(pid).get(_warm.TEMPLATE_ENV)
+
+
+def runner_marks(pid: int) -> dict:
+    """The runner identities in ``pid``'s environment (as it was started, from /proc): ``{variable: (runner
+    pid, runner start ticks)}`` for the template's mark and the run's (``LABUTILS_TEMPLATE``,
+    ``LABUTILS_RUNNER``); empty for a process that is no lab run's."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             env = fh.read()
     except OSError:
-        return None
-    key = _warm.TEMPLATE_ENV.encode() + b"="
-    for item in env.split(b"\0"):
-        if item.startswith(key):
-            try:
-                runner, ticks = item[len(key):].split(b".")
-                return int(runner), int(ticks)
-            except ValueError:
-                return None
+        return {}
+    found = {}
+    for name in (_warm.TEMPLATE_ENV, _warm.RUNNER_ENV):
+        key = name.encode() + b"="
+        for item in env.split(b"\0"):
+            if item.startswith(key):
+                try:
+                    runner, ticks = item[len(key):].split(b".")
+                    found[name] = (int(runner), int(ticks))
+                except ValueError:
+                    pass
+                break
+    return found
+
+
+def _dead_runner(pid: int) -> Optional[tuple]:
+    """The marks of ``pid`` if one of them names a dead runner (its orphan), else None."""
+    marks = runner_marks(pid)
+    if any(not runner_alive(*mark) for mark in marks.values()):
+        return tuple(sorted(marks.items()))
     return None
 
 
 def _warm_stray(pid: int) -> bool:
+    if _dead_runner(pid) is not None:
+        return True  # its runner is dead: nothing supervises it (the template and its runs end with it)
     mark = template_mark(pid)
     if mark is None:
         return False
-    if not runner_alive(*mark):
-        return True  # its runner is dead: nothing supervises it (the template and its runs end with it)
     fields = _procs.stat_fields(pid)
     sid, ticks = int(fields[3]), int(fields[19])
     if sid == pid:
@@ -240,6 +258,8 @@ def clean_after_dead_runners(tmp: Optional[str] = None, force: bool = False) -> 
     * run directories in the temp folder whose ``runner.json`` names a dead runner of this user: every
       live process carrying that directory in its environment is SIGKILLed (through a pidfd, verified),
       then the directory is removed;
+    * every live process of this user whose environment names a dead runner (``LABUTILS_RUNNER``, or the
+      warm template's ``LABUTILS_TEMPLATE``), wherever its run directory was: SIGKILLed, verified by a handle;
     * the lab's empty cgroups (``labutils-run-PID.TICKS-*``, ``labutils-pids-...``) under this process's
       own memory and pids cgroups whose creator is dead; their processes are killed first.
 
@@ -256,9 +276,10 @@ def clean_after_dead_runners(tmp: Optional[str] = None, force: bool = False) -> 
 
 
 def _clean_template_orphans(done: dict) -> None:
-    """A warm run's forked processes (a Pool's workers, a forked helper) do not carry the run's directory in
-    their environment, but they do carry the template's mark, which names the runner: where that runner is
-    dead, they are orphans of a run nobody supervises any more."""
+    """Every process of a run carries its runner's identity: exec'd ones in ``LABUTILS_RUNNER``, a warm run's
+    forked ones (a Pool's workers, a forked helper) in the template's mark. Where that runner is dead, they
+    are orphans of a run nobody supervises any more, wherever its run directory was (a test session's
+    own temporary folder, say)."""
     me = os.getuid()
     try:
         entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
@@ -266,14 +287,14 @@ def _clean_template_orphans(done: dict) -> None:
         return
     for pid in entries:
         try:
-            if os.stat(f"/proc/{pid}").st_uid != me:
+            if pid == os.getpid() or os.stat(f"/proc/{pid}").st_uid != me:
                 continue
         except OSError:
             continue
-        mark = template_mark(pid)
-        if mark is None or runner_alive(*mark):
+        marks = _dead_runner(pid)
+        if marks is None:
             continue
-        if kill_verified(pid, lambda p, mark=mark: template_mark(p) == mark):
+        if kill_verified(pid, lambda p, marks=marks: _dead_runner(p) == marks):
             done["processes"].append(pid)
 
 

@@ -57,7 +57,7 @@ LAUNCHER_ENV = "LABUTILS_LAUNCHER"
 LAUNCHERS = ("auto", "warm", "cold")
 #: variables read by the lab at run time, never by an import: a change in them does not need a new template
 RUNTIME_ENV = frozenset({"LABUTILS_RUN_DIR", "LABUTILS_START_METHOD", "LABUTILS_MEMORY_ENFORCEMENT",
-                         "LABUTILS_LAUNCHER", "LABUTILS_SHM_LEDGER", "PYTEST_CURRENT_TEST"})
+                         "LABUTILS_LAUNCHER", "LABUTILS_SHM_LEDGER", "PYTEST_CURRENT_TEST", "LABUTILS_RUNNER"})
 _SUPPORTED = sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(socket, "send_fds")
 #: seconds the template may take to start (it imports torch) and to answer a request
 START_TIMEOUT = 120.0
@@ -76,6 +76,18 @@ _template: Optional["_Template"] = None
 #: forked workers): ``RUNNER_PID.RUNNER_START_TICKS``. What ``ownership.find_strays`` and the clean-up after
 #: a dead runner know a warm run's processes by; a warm run's own ``os.environ`` does not have it.
 TEMPLATE_ENV = "LABUTILS_TEMPLATE"
+#: in every run's environment (so in every process a run executes: spawn workers, a fork server, a
+#: resource tracker, subprocesses): the same ``RUNNER_PID.RUNNER_START_TICKS``. Where that runner is dead,
+#: the process is an orphan of a run nobody supervises (see ``ownership.clean_after_dead_runners``).
+RUNNER_ENV = "LABUTILS_RUNNER"
+
+
+def runner_mark() -> str:
+    """``PID.START_TICKS`` of this process: the runner's identity, as it is written into its runs."""
+    from . import procs as _procs
+
+    me = os.getpid()
+    return f"{me}.{_procs.start_ticks(me)}"
 
 
 def launcher_setting(value: Optional[str]) -> str:
@@ -230,9 +242,7 @@ class _Template:
         self.key = _key(env)
         self.state = process_state()
         ours, theirs = socket.socketpair()
-        from . import procs as _procs
-
-        mark = f"{os.getpid()}.{_procs.start_ticks(os.getpid())}"
+        mark = runner_mark()
         self.proc = subprocess.Popen([sys.executable, ZYGOTE, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, env={**self.env, TEMPLATE_ENV: mark},
