@@ -122,3 +122,29 @@ def test_the_sessions_processes_use_its_temporary_folder_and_a_shared_tmp_file_f
     finally:
         session.close()
     assert not os.path.lexists(made) and not os.path.lexists(pymp)
+
+
+def test_a_killed_test_sessions_folder_is_removed_by_the_next_and_a_live_ones_kept(tmp_path):
+    """A pytest killed by a signal never runs its clean-up: the next session removes its folder, by the
+    owner's identity (dead), and keeps a live session's and a folder without an owner."""
+    import json
+    import subprocess
+    import sys
+
+    from labutils.runner import procs
+    from labutils.testing import leaks
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    ticks = procs.start_ticks(gone.pid)
+    gone.wait()
+    folders = {}
+    for name, owner in (("dead", {"pid": gone.pid, "start_ticks": ticks}),
+                        ("live", {"pid": os.getpid(), "start_ticks": procs.start_ticks(os.getpid())}),
+                        ("unowned", None)):
+        folders[name] = tmp_path / f"{leaks.PREFIX}{name}"
+        (folders[name] / "tmp").mkdir(parents=True)
+        if owner is not None:
+            (folders[name] / leaks.OWNER).write_text(json.dumps(owner))
+    removed = leaks.remove_dead_sessions(str(tmp_path))
+    assert removed == [str(folders["dead"])] and not folders["dead"].exists()
+    assert folders["live"].is_dir() and folders["unowned"].is_dir()

@@ -91,6 +91,40 @@ def _start_wall(ticks: Optional[int]) -> Optional[float]:
         return None
 
 
+PREFIX = "labutils-session-"
+OWNER = "owner.json"  #: the session's pytest process: pid and start ticks
+
+
+def remove_dead_sessions(tmp: Optional[str] = None) -> list:
+    """Remove the folders of test sessions whose pytest process is dead (killed by a signal, so its
+    clean-up never ran), by the identity in their ``owner.json``; a folder without one is left alone. The
+    processes its runs left are the lab's clean-up's (``LABUTILS_RUNNER``, see ``runner.ownership``)."""
+    import shutil
+
+    from labutils.runner import ownership
+
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = [n for n in os.listdir(tmp) if n.startswith(PREFIX)]
+    except OSError:
+        return removed
+    ownership.clean_after_dead_runners(force=True)
+    for name in names:
+        path = os.path.join(tmp, name)
+        try:
+            with open(os.path.join(path, OWNER), encoding="utf-8") as fh:
+                owner = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(owner, dict) or os.lstat(path).st_uid != os.getuid():
+            continue
+        if not ownership.runner_alive(owner.get("pid"), owner.get("start_ticks")):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 @dataclass
 class Session:
     """What /dev/shm and /tmp held when the session began, and where its processes write their records."""
@@ -115,8 +149,13 @@ class Session:
 
     @classmethod
     def start(cls) -> "Session":
-        session = cls(folder=tempfile.mkdtemp(prefix="labutils-session-"))
+        remove_dead_sessions()  # before the snapshot: a killed session's folder is no leak of this one
+        session = cls(folder=tempfile.mkdtemp(prefix=PREFIX))
         os.mkdir(session.tmpdir, 0o700)
+        from labutils.runner import procs
+
+        with open(os.path.join(session.folder, OWNER), "w", encoding="utf-8") as fh:
+            json.dump({"pid": os.getpid(), "start_ticks": procs.start_ticks(os.getpid())}, fh)
         session.before = {SHM: _entries(SHM), session.tmp: _entries(session.tmp)}
         return session
 
