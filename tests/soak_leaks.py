@@ -224,6 +224,9 @@ def main() -> int:
     # The first lab's run directories go to a folder of its own: other labs on the machine have theirs
     # in /tmp at the same time, so a global before/after count would count their runs in flight.
     tempfile.tempdir = tempfile.mkdtemp(prefix="soak-runs-")
+    from labutils.runner.procs import start_ticks
+
+    older = {(p, start_ticks(p)) for p in labutils.find_strays()}  # left before the soak, by someone else
     neighbours = []
     if not args.no_neighbours:
         neighbours = [Neighbour("bystander", BYSTANDER, workdir), Neighbour("second_lab", SECOND_LAB, workdir)]
@@ -235,7 +238,10 @@ def main() -> int:
     finally:
         reports = {nb.name: (nb.alive(), nb.stop()) for nb in neighbours}
     took = time.monotonic() - t0
-    strays = labutils.find_strays()
+    strays = [p for p in labutils.find_strays() if (p, start_ticks(p)) not in older]
+    if older:
+        print(f"stray processes found before the soak began (not its runs', not counted): "
+              f"{sorted(p for p, _ in older)}")
     shm_left = left_by(results)
     tmp_left = sorted(glob.glob(os.path.join(tempfile.gettempdir(), "labutils-run-*")))
     if not tmp_left:
