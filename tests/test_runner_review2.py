@@ -277,11 +277,7 @@ def test_a_killed_runners_warm_orphan_is_found_and_removed_from_proc_alone(tmp_p
     runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(cell)], env=env)
     child = None
     try:
-        deadline = time.monotonic() + 90
-        while not pid_file.exists() and time.monotonic() < deadline and runner.poll() is None:
-            time.sleep(0.1)
-        assert pid_file.exists(), "the warm run did not start"
-        child = int(pid_file.read_text())
+        child = _child_of(runner, pid_file, "the warm run did not start")
         assert ownership.template_mark(child) == (runner.pid, _procs_ticks(runner.pid)), "not a warm run"
         runner.kill()
         runner.wait()
@@ -289,17 +285,10 @@ def test_a_killed_runners_warm_orphan_is_found_and_removed_from_proc_alone(tmp_p
         assert child in ownership.find_strays()
         done = ownership.clean_after_dead_runners(str(runs), force=True)
         assert child in done["processes"], done
-        deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(child)
+        assert _gone_within(child, 5.0)
         assert not [n for n in os.listdir(runs) if n.startswith("labutils-run-")], os.listdir(runs)
     finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.wait()
-        if child is not None and _alive(child) and ownership.template_mark(child):
-            os.kill(child, 9)
+        _end(runner, child)
 
 
 DETACHER = """import subprocess, sys, time
@@ -330,11 +319,7 @@ def test_a_killed_runners_detached_child_is_removed_wherever_its_run_dir_was(tmp
     runner = subprocess.Popen([sys.executable, "-c", COLD_RUNNER, str(cell)], env={**os.environ, "TMPDIR": str(runs)})
     child = None
     try:
-        deadline = time.monotonic() + 90
-        while not pid_file.exists() and time.monotonic() < deadline and runner.poll() is None:
-            time.sleep(0.1)
-        assert pid_file.exists(), "the run did not start its child"
-        child = int(pid_file.read_text())
+        child = _child_of(runner, pid_file, "the run did not start its child")
         assert ownership.runner_marks(child).get("LABUTILS_RUNNER") == (runner.pid, _procs_ticks(runner.pid))
         runner.kill()
         runner.wait()
@@ -342,17 +327,37 @@ def test_a_killed_runners_detached_child_is_removed_wherever_its_run_dir_was(tmp
         assert _alive(child), "a child in a session of its own outlives its runner"
         done = ownership.clean_after_dead_runners(str(tmp_path / "not-the-run-dirs-folder"), force=True)
         assert child in done["processes"], done
-        deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(child)
+        assert _gone_within(child, 5.0)
     finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.wait()
-        if child is not None and _alive(child) and ownership.runner_marks(child):
-            os.kill(child, 9)
+        _end(runner, child)
         shutil.rmtree(runs, ignore_errors=True)
+
+
+def _child_of(runner, pid_file, why: str) -> int:
+    """The pid the run wrote to ``pid_file`` (waited for up to 90 s, while the runner lives)."""
+    deadline = time.monotonic() + 90
+    while not pid_file.exists() and time.monotonic() < deadline and runner.poll() is None:
+        time.sleep(0.1)
+    assert pid_file.exists(), why
+    return int(pid_file.read_text())
+
+
+def _end(runner, child) -> None:
+    """After the test, pass or fail: the runner killed, and the child too if it is still a lab run's."""
+    from labutils.runner import ownership
+
+    if runner.poll() is None:
+        runner.kill()
+        runner.wait()
+    if child is not None and _alive(child) and ownership.runner_marks(child):
+        os.kill(child, 9)
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
 
 
 def _procs_ticks(pid):

@@ -126,6 +126,8 @@ def find_strays() -> list:
       and start time) in the environment they inherited. One has outlived its run when its session's
       main process is gone (the number is free, or a newer process's), or when the runner is dead.
       Both are read from /proc, so a kernel restart loses nothing.
+    * Any process whose environment names a runner that is dead (``LABUTILS_RUNNER``, every run's) has
+      outlived its run, wherever its run directory was.
 
     Only processes of this user (real uid) are looked at: another user's runs are theirs. Expected
     result: ``[]``. This is a report for a person to read, not a kill list: ``run_isolated`` already stops
@@ -142,7 +144,7 @@ def find_strays() -> list:
             run_dir = proc.environ().get("LABUTILS_RUN_DIR")
             if run_dir and not _dir_seen_by(proc.pid, run_dir):
                 strays.append(proc.pid)
-            elif _warm_stray(proc.pid):
+            elif _outlived_its_run(proc.pid):
                 strays.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError, ValueError, IndexError):
             continue
@@ -185,13 +187,13 @@ def _dead_runner(pid: int) -> Optional[tuple]:
     return None
 
 
-def _warm_stray(pid: int) -> bool:
+def _outlived_its_run(pid: int) -> bool:
     if _dead_runner(pid) is not None:
         return True  # its runner is dead: nothing supervises it (the template and its runs end with it)
     mark = template_mark(pid)
-    if mark is None:
-        return False
     fields = _procs.stat_fields(pid)
+    if mark is None or not fields:
+        return False
     sid, ticks = int(fields[3]), int(fields[19])
     if sid == pid:
         return False  # a session's own leader: the template, or a warm run's main process, supervised
@@ -270,12 +272,12 @@ def clean_after_dead_runners(tmp: Optional[str] = None, force: bool = False) -> 
     _cleaned.set()
     done = {"run_dirs": [], "processes": [], "cgroups": []}
     _clean_run_dirs(tmp or tempfile.gettempdir(), done)
-    _clean_template_orphans(done)
+    _clean_orphans_of_dead_runners(done)
     _clean_cgroups(done)
     return done
 
 
-def _clean_template_orphans(done: dict) -> None:
+def _clean_orphans_of_dead_runners(done: dict) -> None:
     """Every process of a run carries its runner's identity: exec'd ones in ``LABUTILS_RUNNER``, a warm run's
     forked ones (a Pool's workers, a forked helper) in the template's mark. Where that runner is dead, they
     are orphans of a run nobody supervises any more, wherever its run directory was (a test session's
