@@ -14,6 +14,7 @@ Heavy or optional parts (torch, ipywidgets) are imported only when used, so that
 stays cheap inside an isolated run.
 """
 
+import os
 import sys
 
 from . import lab
@@ -66,8 +67,18 @@ def _in_notebook_kernel() -> bool:
         return False
 
 
+def _in_a_run() -> bool:
+    """Whether this process belongs to one of the lab's isolated runs (its environment names the runner)."""
+    from .runner.warm import RUNNER_ENV
+
+    return bool(os.environ.get(RUNNER_ENV))
+
+
 # The lab's start-method switch (LABUTILS_START_METHOD): a notebook kernel gets the same default as every
-# run. Only there: a learner's own script that imports labutils.kit.fixes keeps Python's default (the
-# isolated runs apply the switch in their bootstrap, and the lab's pytest plugin in its own process).
+# run, and so does a process that a run starts with its own interpreter (torchrun's ranks, a script run with
+# subprocess), as a newer Python would give them. The run's own main process gets it from its bootstrap,
+# the lab's pytest plugin in its own process. A learner's script run outside the lab keeps Python's default.
 if _in_notebook_kernel():
     _startmethod.apply_requested()
+elif _in_a_run():  # a script as __main__, as in the run's own bootstrap: 3.14's fork server would preload it
+    _startmethod.apply_requested(emulate_preload=True)

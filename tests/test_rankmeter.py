@@ -1,38 +1,100 @@
-"""labutils.kit.rankmeter.quiet_peak: relaunch while the /dev/shm meter was moved by others."""
+"""labutils.kit.rankmeter: the /dev/shm of this runner's lab runs, by identity, whatever else is in /dev/shm."""
 
+import mmap
 import os
-import time
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
-from labutils.kit.rankmeter import quiet_peak
+import labutils
+from labutils.kit.rankmeter import RunShmMeter, held_shm
 
-pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm to meter (macOS)")
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or not os.path.isdir("/dev/shm"),
+                                reason="no /proc or /dev/shm (macOS): the meter reports itself unsupported")
+MiB = 2**20
+
+# a lab run that holds two 6 MiB /dev/shm files for 1.5 s, unlinked at once as PyTorch does: one mapped by
+# a child process, one only open in the run's main process (a batch on its way between two processes)
+HOLDER = textwrap.dedent("""
+    import mmap, multiprocessing as mp, os, time
+    def child(ready):
+        fd = os.open("/dev/shm/lab-test-rankmeter-mapped-%d" % os.getpid(), os.O_CREAT | os.O_RDWR, 0o600)
+        os.unlink("/dev/shm/lab-test-rankmeter-mapped-%d" % os.getpid())
+        os.ftruncate(fd, 6 << 20)
+        m = mmap.mmap(fd, 6 << 20)
+        os.close(fd)
+        m[:] = b"x" * (6 << 20)
+        ready.set()
+        time.sleep(1.5)
+    if __name__ == "__main__":
+        name = "/dev/shm/lab-test-rankmeter-open-%d" % os.getpid()
+        fd = os.open(name, os.O_CREAT | os.O_RDWR, 0o600)
+        os.unlink(name)
+        os.write(fd, b"y" * (6 << 20))
+        ready = mp.get_context("fork").Event()
+        p = mp.get_context("fork").Process(target=child, args=(ready,))
+        p.start()
+        ready.wait(10)
+        p.join()
+        os.close(fd)
+""")
+
+# another program's 16 MiB file, made while the meter runs (a whole-/dev/shm meter would count it)
+BYSTANDER = textwrap.dedent("""
+    import mmap, os, sys, time
+    sys.stdin.readline()
+    fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 16 << 20)
+    m = mmap.mmap(fd, 16 << 20)
+    m[:] = b"z" * (16 << 20)
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
 
 
-def test_quiet_launch_is_measured_once():
-    calls = []
-    result, meters = quiet_peak(lambda: calls.append(1) or "done", limit=1 << 40)
-    assert result == "done" and len(calls) == 1 and len(meters) == 1
-
-
-def test_a_peak_over_the_limit_is_launched_again_up_to_tries(tmp_path):
-    calls = []
-
-    def launch():  # holds 4 MiB in /dev/shm for a moment, as a rank's batches would
-        calls.append(1)
-        path = f"/dev/shm/lab-test-rankmeter-{os.getpid()}"
-        with open(path, "wb") as fh:
-            fh.write(b"x" * (4 << 20))
-        time.sleep(0.05)
+def test_counts_the_runs_files_once_and_no_one_elses():
+    path = f"/dev/shm/lab-test-rankmeter-bystander-{os.getpid()}"
+    bystander = subprocess.Popen([sys.executable, "-c", BYSTANDER, path], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+    try:
+        with RunShmMeter() as meter:
+            bystander.stdin.write("go\n")
+            bystander.stdin.flush()
+            assert bystander.stdout.readline().strip() == "ready"
+            result = labutils.run_isolated(HOLDER, timeout=60)
+        assert result.ok, result.diagnosis
+        assert held_shm([bystander.pid]) == 16 * MiB  # the meter's reader sees the bystander's file...
+    finally:
+        bystander.communicate("")
         os.unlink(path)
+    # ...and the meter counts the run's two files (one mapped by the child, one open in the run's main
+    # process), not the bystander's; the Event's semaphores are /dev/shm files too, a page each
+    assert 12 * MiB <= meter.peak <= 12 * MiB + 16 * 4096, meter.peak
+    assert meter.samples > 10 and len(meter.runs_seen) >= 2
+    assert meter.peak == meter.peak_total and "processes" in str(meter)
 
-    result, meters = quiet_peak(launch, limit=1 << 20, tries=3)  # every launch peaks above 1 MiB
-    assert len(calls) == 3 and len(meters) == 3 and all(m.peak >= 3 << 20 for m in meters)
+
+def test_a_file_shared_by_two_processes_counts_once():
+    name = f"/dev/shm/lab-test-rankmeter-shared-{os.getpid()}"
+    fd = os.open(name, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, 4 * MiB)
+        m = mmap.mmap(fd, 4 * MiB)  # mapped here and open here: one file, one count
+        child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                                 pass_fds=(fd,))
+        try:
+            assert held_shm([os.getpid(), child.pid]) == 4 * MiB
+        finally:
+            child.communicate(b"")
+        m.close()
+    finally:
+        os.close(fd)
+        os.unlink(name)
 
 
-def test_bad_arguments_get_one_line():
-    with pytest.raises(ValueError, match="tries"):
-        quiet_peak(lambda: None, limit=1, tries=0)
-    with pytest.raises(ValueError, match="launch"):
-        quiet_peak(None, limit=1)
+def test_a_gone_process_is_skipped():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert held_shm([child.pid]) == 0

@@ -1,6 +1,7 @@
 """The lab's start-method switch: LABUTILS_START_METHOD moves the default, never a choice already made."""
 
 import multiprocessing
+import os
 import subprocess
 import sys
 import textwrap
@@ -85,6 +86,28 @@ def test_a_runs_start_method_is_a_default_the_script_may_still_set():
     run = labutils.run_isolated(code, start_method="spawn", env={startmethod.ENV: "forkserver"}, timeout=120)
     assert run.ok, run.diagnosis
     assert run.values["before"] is None and run.values["after"] == "fork", run.values
+
+
+def test_a_process_a_run_starts_with_its_own_interpreter_gets_the_switch_too():
+    """torchrun's ranks are such processes: before, `import labutils` applied the switch in a notebook
+    kernel only, so notebook 12's spawn and forkserver passes ran every rank's workers under fork."""
+    probe = "import multiprocessing, labutils; print(multiprocessing.get_start_method())"
+    code = textwrap.dedent(f'''
+        import subprocess, sys
+        import labutils
+
+        if __name__ == "__main__":
+            out = subprocess.run([sys.executable, "-c", {probe!r}], capture_output=True, text=True, check=True)
+            labutils.emit(child=out.stdout.strip())
+    ''')
+    for method in ("spawn", "forkserver"):
+        run = labutils.run_isolated(code, env={startmethod.ENV: method}, timeout=120)
+        assert run.ok and run.values["child"] == method, (method, run.values, run.diagnosis)
+    # outside the lab's runs, a learner's own script keeps Python's default
+    env = {**os.environ, startmethod.ENV: "spawn"}
+    env.pop("LABUTILS_RUNNER", None)
+    outside = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert outside.stdout.strip() == startmethod.python_default(), outside.stdout
 
 
 def test_python_default_matches_the_platform_rule():

@@ -1,32 +1,146 @@
-"""Notebook 12's /dev/shm bookkeeping: meter a torchrun launch until no other program moved the meter.
+"""Notebook 12's /dev/shm meter: the shared memory that this process's lab runs hold, found by identity.
 
-:class:`labutils.kit.shmwatch.PeakMeter` reads the whole ``/dev/shm``, which other programs use too. A launch
-whose peak is above what one rank's loader can hold (``limit``), or whose meter did not end where it started
-(someone else's files came or went), is launched again, up to ``tries`` launches in all.
+:class:`labutils.kit.shmwatch.PeakMeter` reads the use of the whole ``/dev/shm`` filesystem, which every
+other program on the machine shares: on a busy machine its peak is not the run's. :class:`RunShmMeter`
+counts only the ``/dev/shm`` files that the processes of *this* runner's lab runs map or hold open, found
+from ``/proc`` alone:
+
+* a process is a run's when its environment (``/proc/PID/environ``, as it was started) carries this
+  process's runner mark (``LABUTILS_RUNNER`` or the warm template's ``LABUTILS_TEMPLATE``: this pid and its
+  start time), which every process of a run inherits: the torchrun agent, its ranks and their workers;
+* a file is counted once by its inode, whoever maps it (``/proc/PID/maps``) or holds it open
+  (``/proc/PID/fd``, where a batch waits between the worker that made it and the process that takes it), at
+  its size. PyTorch unlinks its segments at once, so they have no name to list: these two are where they are.
+
+The peak is sampled (every ``interval`` seconds), so it is a lower bound. Linux only: elsewhere
+``supported`` is False and ``peak`` None, as with :class:`~labutils.kit.shmwatch.PeakMeter`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import os
+import threading
+import time
+from typing import Optional
 
-__all__ = ["quiet_peak"]
+from ..runner import ownership, procs, warm
+
+__all__ = ["RunShmMeter", "held_shm"]
+
+SHM_PREFIX = "/dev/shm/"
 
 
-def quiet_peak(launch: Callable[[], Any], limit: float, tries: int = 4, interval: float = 0.002) -> tuple:
-    """``(last result, [meter of each launch])``: ``launch()`` under a PeakMeter, again while the meter was
-    disturbed or read more than ``limit`` bytes, at most ``tries`` times."""
-    from .shmwatch import PeakMeter
+def _maps_extents(pid: str, sizes: dict) -> None:
+    """Add ``{(dev, inode): bytes mapped}`` of pid's /dev/shm mappings to ``sizes`` (the largest extent)."""
+    with open(f"/proc/{pid}/maps", "rb") as fh:
+        data = fh.read()
+    if b" /dev/shm/" not in data:
+        return
+    for line in data.split(b"\n"):
+        if b" /dev/shm/" not in line:
+            continue
+        fields = line.split()
+        start, _, end = fields[0].partition(b"-")
+        major, _, minor = fields[3].partition(b":")
+        key = (os.makedev(int(major, 16), int(minor, 16)), int(fields[4]))
+        sizes[key] = max(sizes.get(key, 0), int(end, 16) - int(start, 16))
 
-    if not callable(launch):
-        raise ValueError(f"launch must be a function that starts one launch, not {launch!r}")
-    if not isinstance(tries, int) or isinstance(tries, bool) or tries < 1:
-        raise ValueError(f"tries must be a whole number of at least 1, not {tries!r}")
-    if not limit > 0:
-        raise ValueError(f"limit must be a number of bytes above 0, not {limit!r}")
-    meters: list = []
-    result = None
-    while not meters or (len(meters) < tries and (meters[-1].peak > limit or meters[-1].disturbed())):
-        with PeakMeter(interval=interval) as meter:
-            result = launch()
-        meters.append(meter)
-    return result, meters
+
+def _open_files(pid: str, sizes: dict) -> None:
+    """Add the /dev/shm files pid holds open to ``sizes``, at their size (``fstat`` through /proc)."""
+    base = f"/proc/{pid}/fd"
+    for fd in os.listdir(base):
+        try:
+            if not os.readlink(f"{base}/{fd}").startswith(SHM_PREFIX):
+                continue
+            st = os.stat(f"{base}/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        key = (st.st_dev, st.st_ino)
+        sizes[key] = max(sizes.get(key, 0), st.st_size)
+
+
+def held_shm(pids) -> int:
+    """Bytes of the /dev/shm files that the processes ``pids`` map or hold open, each file counted once."""
+    sizes: dict = {}
+    for pid in pids:
+        try:
+            _maps_extents(str(pid), sizes)
+            _open_files(str(pid), sizes)
+        except (OSError, ValueError, IndexError):  # the process ended while it was read
+            continue
+    return sum(sizes.values())
+
+
+class RunShmMeter(threading.Thread):
+    """Poll the /dev/shm held by this process's lab runs (see the module) in a daemon thread; keep the peak.
+
+    Use it as a context manager around a run (``run_isolated``, ``run_torchrun``): ``peak`` is the highest
+    total seen, in bytes, and ``runs_seen`` how many processes were found to be the runs'. Another program's
+    files, however many, are not counted; a run of another runner (a second kernel) neither.
+    """
+
+    def __init__(self, interval: float = 0.005):
+        super().__init__(daemon=True, name="run-shm-meter")
+        self.interval = interval
+        self.reason = None if os.path.isdir("/proc/self/fd") and os.path.isdir("/dev/shm") else (
+            "no /proc or no /dev/shm on this machine (macOS?): a run's /dev/shm files cannot be found there")
+        self.supported = self.reason is None
+        self.mark = tuple(int(x) for x in warm.runner_mark().split(".")) if self.supported else None
+        self.peak_total = 0 if self.supported else None
+        self.samples = 0
+        self.runs_seen: set = set()
+        self._known: dict = {}  # pid present in the last listing -> whether it is one of our runs' processes
+        self._done = threading.Event()
+
+    @property
+    def peak(self) -> Optional[int]:
+        return self.peak_total
+
+    def _ours(self, pid: str) -> bool:
+        if pid not in self._known:  # new since the last listing: a pid that went and came back is asked again
+            marks = ownership.runner_marks(int(pid))
+            self._known[pid] = any(mark == self.mark for mark in marks.values())
+            if self._known[pid]:
+                self.runs_seen.add((int(pid), procs.start_ticks(int(pid))))
+        return self._known[pid]
+
+    def sample(self) -> int:
+        listing = [name for name in os.listdir("/proc") if name.isdigit()]
+        self._known = {pid: self._known[pid] for pid in listing if pid in self._known}
+        total = held_shm([pid for pid in listing if self._ours(pid)])
+        self.peak_total = max(self.peak_total, total)
+        self.samples += 1
+        return total
+
+    def start(self) -> None:
+        if self.supported:
+            super().start()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.sample()
+            time.sleep(self.interval)
+
+    def stop(self) -> Optional[int]:
+        """Stop polling (after one last sample) and return :attr:`peak` (None where unsupported)."""
+        self._done.set()
+        if not self.supported:
+            return None
+        if self.is_alive():
+            self.join()
+        self.sample()
+        return self.peak
+
+    def __str__(self) -> str:
+        if not self.supported:
+            return f"RunShmMeter: unsupported - {self.reason}"
+        return (f"RunShmMeter: peak {self.peak / 2**20:.1f} MiB in {self.samples} samples, "
+                f"{len(self.runs_seen)} processes of this runner's runs seen")
+
+    def __enter__(self) -> "RunShmMeter":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

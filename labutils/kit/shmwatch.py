@@ -131,13 +131,6 @@ class PeakMeter(threading.Thread):
         self.peak_total = max(self.peak_total, self.end_total)
         return self.peak
 
-    def disturbed(self, tolerance: int = 1 << 20) -> bool:
-        """Whether the use at :meth:`stop` differs from the use at the start by more than ``tolerance``
-        bytes. Measuring a run that leaves nothing behind, that means some other program's files came or
-        went meanwhile, and ``peak`` is not the run's alone (files that went can even hide the run's own)."""
-        end = getattr(self, "end_total", None)
-        return end is not None and abs(end - self.baseline) > tolerance
-
     def __str__(self) -> str:
         if not self.supported:
             return f"PeakMeter({self.path}): unsupported - {self.reason}"
