@@ -67,11 +67,12 @@ def _in_notebook_kernel() -> bool:
         return False
 
 
-def _in_a_run() -> bool:
-    """Whether this process belongs to one of the lab's isolated runs (its environment names the runner)."""
+def _started_by_a_run() -> bool:
+    """Whether one of the lab's isolated runs started this interpreter (its environment names the runner),
+    other than the run's own main process, whose bootstrap has decided its start method already."""
     from .runner.warm import RUNNER_ENV
 
-    return bool(os.environ.get(RUNNER_ENV))
+    return bool(os.environ.get(RUNNER_ENV)) and os.environ.get(_startmethod.DECIDED_ENV) != str(os.getpid())
 
 
 # The lab's start-method switch (LABUTILS_START_METHOD): a notebook kernel gets the same default as every
@@ -80,5 +81,5 @@ def _in_a_run() -> bool:
 # the lab's pytest plugin in its own process. A learner's script run outside the lab keeps Python's default.
 if _in_notebook_kernel():
     _startmethod.apply_requested()
-elif _in_a_run():  # a script as __main__, as in the run's own bootstrap: 3.14's fork server would preload it
+elif _started_by_a_run():  # a script as __main__, as in the run's own bootstrap: 3.14's fork server would preload it
     _startmethod.apply_requested(emulate_preload=True)

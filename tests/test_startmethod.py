@@ -110,6 +110,16 @@ def test_a_process_a_run_starts_with_its_own_interpreter_gets_the_switch_too():
     assert outside.stdout.strip() == startmethod.python_default(), outside.stdout
 
 
+@pytest.mark.parametrize("launcher", ["warm", "cold"])
+def test_the_scripts_own_import_of_labutils_keeps_the_runs_choice(launcher):
+    """Notebook 02's `%%isolate --start-method spawn` cell imports labutils; under the switch set to fork,
+    that import once moved the run's default back to fork, and the unpicklable dataset "worked"."""
+    code = "import multiprocessing, labutils\nlabutils.emit(method=multiprocessing.get_start_method())\n"
+    run = labutils.run_isolated(code, start_method="spawn", env={startmethod.ENV: "fork"}, launcher=launcher,
+                                timeout=120)
+    assert run.ok and run.values["method"] == "spawn", (run.values, run.launcher)
+
+
 def test_python_default_matches_the_platform_rule():
     expected = "spawn" if sys.platform in ("darwin", "win32") else (
         "forkserver" if sys.version_info >= (3, 14) else "fork")

@@ -407,6 +407,11 @@ TAUGHT = (
      "The pin-memory thread in the main process failed on a batch: its inner traceback names the batch type "
      "whose pin_memory() raised; return tensors (or types with a working pin_memory())",
      "11_cuda_and_accelerators"),
+    ("RuntimeError: Caught RuntimeError in pin memory thread for device 0 ... cannot pin "
+     "'torch.cuda.FloatTensor' only dense CPU tensors can be pinned", "worker_exception",
+     "Workers returned CUDA tensors to a loader with pin_memory=True: pinning is for CPU tensors. Return CPU "
+     "tensors (and keep pin_memory), or set pin_memory=False for workers that must use CUDA",
+     "11_cuda_and_accelerators"),
     ("RuntimeError: Caught AssertionError in DataLoader worker process 0 ... Torch not compiled with CUDA "
      "enabled", "cuda_in_worker",
      "Keep CUDA out of __getitem__: return CPU tensors and move the batch in the training loop",

@@ -18,6 +18,8 @@ import threading
 from typing import Optional
 
 ENV = "LABUTILS_START_METHOD"
+#: The pid of a run's main process, whose bootstrap has applied the switch and the run's own choice.
+DECIDED_ENV = "LABUTILS_START_DECIDED"
 METHODS = ("fork", "forkserver", "spawn")
 
 
