@@ -80,7 +80,7 @@ class RunShmMeter(threading.Thread):
     files, however many, are not counted; a run of another runner (a second kernel) neither.
     """
 
-    def __init__(self, interval: float = 0.005):
+    def __init__(self, interval: float = 0.01):
         super().__init__(daemon=True, name="run-shm-meter")
         self.interval = interval
         self.reason = None if os.path.isdir("/proc/self/fd") and os.path.isdir("/dev/shm") else (
