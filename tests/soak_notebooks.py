@@ -21,6 +21,11 @@ request, a kill only if the kernel does not go), prints the table of the runs th
 the kernels' isolated runs left (``clean_after_dead_runners``: only run folders whose runner is dead, by
 identity) and exits with status 130.
 
+Every notebook run has a temporary folder of its own (``TMPDIR`` for its kernel and every run below it), in
+one folder of the soak's: a run that ended without a failing cell but left something there fails "after
+the last cell", naming what it left. Each folder goes when its run ends, and the soak's when the soak does
+(stopped or not), so a stopped soak leaves no notebook's work folder in /tmp.
+
 Run it through the machine's CPU lock where others share the machine (``/work/tools/cpuslot``), and say
 "loaded machine" beside any figure taken that way.
 """
@@ -32,14 +37,17 @@ import collections
 import concurrent.futures
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("fork", "forkserver", "spawn")
 SKIP, RAISES = "# NBVAL_SKIP", "# NBVAL_RAISES_EXCEPTION"
+LEFT_CELL = 10_000  # where a run that left files in its temporary folder is counted: after the last cell
 
 
 def default_notebooks() -> list:
@@ -65,8 +73,41 @@ def _error_of(cell) -> str:
     return ""
 
 
-def run_once(path: Path, start_method: str, timeout: int) -> dict:
-    """Execute ``path`` once; ``{cell index: first line of its failure}`` (nbval's cell numbering)."""
+def run_once(path: Path, start_method: str, timeout: int, tmp_root: str | None = None) -> dict:
+    """Execute ``path`` once; ``{cell index: first line of its failure}`` (nbval's cell numbering).
+
+    With ``tmp_root``, the kernel (and every run below it) gets a temporary folder of its own there
+    (``TMPDIR``); what a run that ended normally leaves in it is a failure of the notebook's last cell, and
+    the folder is removed either way."""
+    if tmp_root is None:
+        return _run_once(path, start_method, timeout)
+    tmp = tempfile.mkdtemp(prefix=path.stem[:24] + "-", dir=tmp_root)
+    os.environ["TMPDIR"] = tmp
+    tempfile.tempdir = None  # this process reads TMPDIR again (jupyter_client writes the kernel's files there)
+    try:
+        failures = _run_once(path, start_method, timeout)
+        left = _left_in(tmp)
+        if left and not failures:
+            failures[LEFT_CELL] = f"left in its temporary folder: {', '.join(left[:5])}"
+        return failures
+    finally:
+        os.environ.pop("TMPDIR", None)
+        tempfile.tempdir = None
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _left_in(folder: str, grace: float = 5.0) -> list:
+    """What is still in ``folder`` after up to ``grace`` seconds (the stopped kernel's runs clean up as they
+    exit)."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = sorted(os.listdir(folder))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def _run_once(path: Path, start_method: str, timeout: int) -> dict:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -110,13 +151,13 @@ def run_once(path: Path, start_method: str, timeout: int) -> dict:
     return failures
 
 
-def _timed_run(path: Path, start_method: str, timeout: int) -> tuple:
+def _timed_run(path: Path, start_method: str, timeout: int, tmp_root: str | None = None) -> tuple:
     t0 = time.monotonic()
-    failures = run_once(path, start_method, timeout)
+    failures = run_once(path, start_method, timeout, tmp_root)
     return failures, time.monotonic() - t0
 
 
-def _runs(paths: list, runs: int, start_method: str, timeout: int, jobs: int):
+def _runs(paths: list, runs: int, start_method: str, timeout: int, jobs: int, tmp_root: str | None = None):
     """Yield ``(run, path, failures, seconds)`` for every run of every notebook, as each one ends: up to
     ``jobs`` at once, each in a process of its own (spawned: a fresh interpreter, as a pytest-xdist worker,
     so this process holds no kernel and can always stop them), never two runs of one notebook together."""
@@ -131,7 +172,7 @@ def _runs(paths: list, runs: int, start_method: str, timeout: int, jobs: int):
             for task in [t for t in todo if t[1] not in busy][: jobs - len(running)]:
                 todo.remove(task)
                 busy.add(task[1])
-                running[pool.submit(_timed_run, task[1], start_method, timeout)] = task
+                running[pool.submit(_timed_run, task[1], start_method, timeout, tmp_root)] = task
             done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
                 run, path = running.pop(future)
@@ -192,8 +233,9 @@ def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout
     firsts = collections.defaultdict(list)
     seconds = collections.defaultdict(list)
     t0, bad_runs, ended, stopped = time.monotonic(), 0, 0, None
+    tmp_root = tempfile.mkdtemp(prefix="labsoak-")  # a folder per notebook run in it; all gone at the end
     try:
-        for run, path, failures, took in _runs(paths, runs, start_method, timeout, jobs):
+        for run, path, failures, took in _runs(paths, runs, start_method, timeout, jobs, tmp_root):
             seconds[path].append(took)
             bad_runs += bool(failures)
             ended += 1
@@ -204,13 +246,15 @@ def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout
             mark = f"{len(failures)} failing cell(s)" if failures else "ok"
             print(f"run {run}/{runs} {_name(path)}: {mark} ({took:.0f} s)", file=out, flush=True)
             for cell, line in sorted(failures.items()):  # as it happens: a long soak can be read while it goes
-                print(f"    -> cell {cell}: {line}", file=out, flush=True)
+                print(f"    -> {_cell_name(cell)}: {line}", file=out, flush=True)
     except KeyboardInterrupt as exc:
         stopped = str(exc) or "SIGINT"
         removed = _clean_after_kernels()
         left = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in removed.items() if v) or "nothing"
         print(f"\nsoak: stopped by {stopped}; every kernel stopped; the dead runs' leftovers removed: {left}",
               file=out, flush=True)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
     wall = time.monotonic() - t0
     what = f"{ended} of {runs * len(paths)} notebook run(s) ended before the stop" if stopped else f"{runs} run(s)"
     print(f"\nsoak: {what} of {len(paths)} notebook(s) under {start_method}, {jobs} at a time, "
@@ -220,7 +264,7 @@ def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout
         times = [t for t in seconds[path] if t == t] or [float("nan")]  # NaN: the run's process died
         print(f"  {_name(path)}: {len(bad)} failing cell(s); {min(times):.0f}-{max(times):.0f} s a run", file=out)
         for cell in bad:
-            print(f"    cell {cell}: failed {counts[(path, cell)]}/{runs}", file=out)
+            print(f"    {_cell_name(cell)}: failed {counts[(path, cell)]}/{runs}", file=out)
             for line in firsts[(path, cell)]:
                 print(f"      {line}", file=out)
     total = len(counts)
@@ -229,6 +273,10 @@ def soak(paths: list, runs: int, start_method: str, timeout: int, out=sys.stdout
     if stopped:
         raise KeyboardInterrupt(stopped)
     return total
+
+
+def _cell_name(cell: int) -> str:
+    return "after the last cell" if cell == LEFT_CELL else f"cell {cell}"
 
 
 def _name(path: Path) -> str:

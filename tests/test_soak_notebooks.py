@@ -117,7 +117,7 @@ def test_sigterm_stops_every_kernel_and_removes_what_their_runs_left(tmp_path):
         assert (folder / "run.pid").exists(), soak.communicate(timeout=60)
         kernel = psutil.Process(int((folder / "kernel.pid").read_text()))
         run = psutil.Process(int((folder / "run.pid").read_text()))
-        assert any(p.name.startswith("labutils-run-") for p in tmp.iterdir())  # the run's folder
+        assert list(tmp.glob("labsoak-*/in_flight-*/labutils-run-*"))  # the run's folder, in the run's own TMPDIR
         soak.send_signal(signal.SIGTERM)
         out, err = soak.communicate(timeout=90)
     finally:
@@ -129,4 +129,27 @@ def test_sigterm_stops_every_kernel_and_removes_what_their_runs_left(tmp_path):
     assert "0 of 1 notebook run(s) ended before the stop" in out, out
     gone, alive = psutil.wait_procs([kernel, run], timeout=10)
     assert not alive, alive  # psutil.Process compares the start time too: a reused pid is not "alive" here
-    assert not [p.name for p in tmp.iterdir() if p.name.startswith("labutils-run-")], list(tmp.iterdir())
+    assert list(tmp.iterdir()) == [], list(tmp.rglob("*"))  # the soak's folder went with it, runs' and all
+
+
+LEAVES = """import os, tempfile
+fd, name = tempfile.mkstemp(prefix="forgotten-")  # in the run's own temporary folder
+os.close(fd)
+assert os.path.dirname(name) != "/tmp", name"""
+
+
+def test_a_notebook_that_leaves_a_file_in_its_temp_folder_fails_and_the_file_goes(tmp_path):
+    folder, tmp = tmp_path / "nb", tmp_path / "tmp"
+    folder.mkdir()
+    tmp.mkdir()
+    for name, source in (("leaves", LEAVES), ("tidy", "x = 1")):
+        nb = {"cells": [_code(source)], "metadata": {"kernelspec": {"display_name": "Python 3",
+              "language": "python", "name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+        (folder / f"{name}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(SOAK), "--runs", "1", str(folder / "leaves.ipynb"),
+                           str(folder / "tidy.ipynb")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "-> after the last cell: left in its temporary folder: forgotten-" in done.stdout, done.stdout
+    assert f"{folder / 'tidy.ipynb'}: 0 failing cell(s)" in done.stdout, done.stdout
+    assert list(tmp.iterdir()) == [], list(tmp.rglob("*"))
