@@ -39,11 +39,12 @@ from .runner import startmethod as _startmethod
 from .runner.channel import emit
 from .runner.isolate import IsolationError, find_strays, leftover_shm, private_shm_support, run_isolated
 from .runner.result import ExceptionInfo, ProcessInfo, RunResult
+from .runner.spec import StopRun
 
 __all__ = [
     "Blocker", "CheckResult", "Diagnosis", "DoctorReport", "ExceptionInfo", "Fix", "IsolationError",
     "LazyFile", "PerWorkerResource", "ProcessInfo", "QuarantineDataset", "QuarantineReport",
-    "ResilientLoader", "RunResult", "Skipped", "collate_skip", "doctor", "emit", "explain", "find_strays",
+    "ResilientLoader", "RunResult", "Skipped", "StopRun", "collate_skip", "doctor", "emit", "explain", "find_strays",
     "find_unpicklable", "format_blockers", "lab", "lazy_open", "leftover_shm", "make_worker_init",
     "private_shm_support", "run_isolated", "shm_budget", "worker_init_seed_and_faulthandler",
     "measure", "startmethod", "triage",

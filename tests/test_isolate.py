@@ -287,3 +287,37 @@ def test_shm_segments_of_a_killed_run_are_removed():
     segs = r.values["segs"]
     assert len(segs) >= 3, segs  # what torch created, seen from inside the run
     assert [n for n in segs if os.path.exists(os.path.join("/dev/shm", n))] == []
+
+
+def test_a_listener_that_raises_stoprun_ends_the_run_at_once():
+    """Notebook 10's as-written recipe only waits once its workers are dead: its cell stops it there."""
+    code = textwrap.dedent("""
+        import multiprocessing as mp, os, time
+        if __name__ == "__main__":
+            child = mp.get_context("fork").Process(target=os._exit, args=(3,))
+            child.start()
+            time.sleep(60)  # what the recipe does after its workers died: it waits
+    """)
+    seen = []
+
+    def on_event(event):
+        seen.append(event)
+        if event["exitcode"] == 3:
+            raise labutils.StopRun("the child exited 3")
+
+    t0 = time.monotonic()
+    r = run_isolated(code, timeout=120, on_event=on_event)
+    assert time.monotonic() - t0 < 30, "the run went on after the listener asked it to stop"
+    assert r.outcome == "timed_out" and r.reason.startswith("stopped on request: the child exited 3"), r.reason
+    assert [e["exitcode"] for e in seen if e["role"] != "main"] == [3], seen
+    assert r.monitor_errors == [] and r.stray_processes == []
+
+
+def test_a_listener_that_fails_does_not_stop_the_run():
+    def broken(event):
+        raise KeyError("a bug in the listener")
+
+    r = run_isolated("import multiprocessing as mp, os\nif __name__ == '__main__':\n"
+                     "    p = mp.get_context('fork').Process(target=os._exit, args=(0,)); p.start(); p.join()\n",
+                     timeout=60, on_event=broken)
+    assert r.ok and any("a bug in the listener" in e for e in r.monitor_errors), r.monitor_errors

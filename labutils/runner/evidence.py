@@ -46,6 +46,9 @@ def outcome(how: str, rc: Optional[int], spec, monitor, stderr: str, cfg: dict) 
     """``(outcome, reason)`` of the run from how the wait ended and the main process's exit code."""
     if how == "timeout":
         return "timed_out", f"no result within {spec.timeout:g} s; the runner killed every process of the run"
+    if how == "asked":
+        return "timed_out", (f"stopped on request: {monitor.stop_requested} (a listener raised StopRun); the "
+                             "runner killed every process of the run")
     if how == "stalled":
         return "timed_out", (f"no batch for {monitor.stalled['idle_s']:g} s (stall={spec.stall:g}) while DataLoader "
                              f"workers were alive, after {monitor.stalled['batches']} batches; the runner killed "

@@ -144,7 +144,8 @@ def run_isolated(
     (main / worker / other), ``name``, ``rss``, ``uss``, ``fds``, ``shm_bytes`` and ``batches`` (and once
     more after the run, ``final=True`` with the main process's last batch count and no memory figures, when
     batches came after its last sample), and ``on_event(dict)`` for each process death seen (``exitcode``
-    or ``signal``, and ``by``: watchdog, kernel_oom or None).
+    or ``signal``, and ``by``: watchdog, kernel_oom or None). Either may raise :class:`StopRun` to end the
+    run at once (outcome ``timed_out``, the reason saying so) when what it was run to show has happened.
 
     Only the run's own processes are ever signalled and only /dev/shm files the run created are removed.
     """
@@ -250,6 +251,8 @@ def _wait_leader(proc, pidfd, wake_r, deadline, monitor) -> str:
             return "output"
         if monitor.failed_closed:
             return "monitor"
+        if monitor.stop_requested is not None:
+            return "asked"
 
 
 def _close_fds(*fds) -> None:

@@ -24,6 +24,7 @@ from .procfs import (
     _Tail,
     split_exitcode,
 )
+from .spec import StopRun
 
 #: a run whose stdout and stderr together grow past this is stopped (a print loop would fill the shared /tmp)
 OUTPUT_LIMIT = 256 * 2**20
@@ -56,6 +57,7 @@ class Monitor(threading.Thread):
         self.errors: list = []  # what went wrong in a tick: the watch carried on (see run())
         self.failed_closed = False  # the watchdog could not watch any more, so the run was stopped
         self.overflow = False
+        self.stop_requested: Optional[str] = None  # a listener raised StopRun: its message
         self.output_limit, self.evidence_limit = OUTPUT_LIMIT, EVIDENCE_LIMIT
         self.overflow_of: Optional[str] = None  # "output" or the evidence file that grew past its limit
         self._outputs = [os.path.join(run_dir, _rd.STDOUT), os.path.join(run_dir, _rd.STDERR)]
@@ -236,6 +238,11 @@ class Monitor(threading.Thread):
     def _call(self, fn, arg) -> None:
         try:
             fn(arg)
+        except StopRun as exc:  # the listener has seen what the run was for: end it now
+            if self.stop_requested is None:
+                self.stop_requested = str(exc) or "a listener raised StopRun"
+                if self.wake is not None:
+                    self.wake()
         except Exception as exc:  # noqa: BLE001 - a broken listener must not stop the watch
             if len(self.callback_errors) < 5:
                 self.callback_errors.append(repr(exc))

@@ -23,6 +23,13 @@ MEMORY_ENFORCEMENTS = ("auto", "kernel", "watchdog")
 MEMORY_ENFORCEMENT_ENV = "LABUTILS_MEMORY_ENFORCEMENT"
 
 
+class StopRun(Exception):
+    """Raise it from ``on_sample`` or ``on_event`` to end the run now, when what it was run to show has
+    happened (say, every DataLoader worker died and the script would only wait after that). The runner kills
+    every process of the run as at its timeout: the outcome is ``timed_out``, and ``result.reason`` starts
+    with "stopped on request" and your message."""
+
+
 class IsolationError(ValueError):
     """A run_isolated argument the runner cannot honour; the message says what to do.
 
