@@ -70,10 +70,10 @@ def _in_notebook_kernel() -> bool:
 
 def _started_by_a_run() -> bool:
     """Whether one of the lab's isolated runs started this interpreter (its environment names the runner),
-    other than the run's own main process, whose bootstrap has decided its start method already."""
+    other than the run's own main process (and its forks), whose bootstrap has decided the start method."""
     from .runner.warm import RUNNER_ENV
 
-    return bool(os.environ.get(RUNNER_ENV)) and os.environ.get(_startmethod.DECIDED_ENV) != str(os.getpid())
+    return bool(os.environ.get(RUNNER_ENV)) and not _startmethod.decided()
 
 
 # The lab's start-method switch (LABUTILS_START_METHOD): a notebook kernel gets the same default as every

@@ -10,6 +10,7 @@ import pytest
 
 import labutils
 from labutils.kit.rankmeter import RunShmMeter, held_shm
+from labutils.runner.procs import start_ticks
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or not os.path.isdir("/dev/shm"),
                                 reason="no /proc or /dev/shm (macOS): the meter reports itself unsupported")
@@ -39,9 +40,12 @@ HOLDER = textwrap.dedent("""
         ready.wait(10)
         p.join()
         os.close(fd)
+        import labutils
+        labutils.emit(child=p.pid)
 """)
 
-# another program's 16 MiB file, made while the meter runs (a whole-/dev/shm meter would count it)
+# another program's 16 MiB file, made while the meter runs (a whole-/dev/shm meter would count it); the
+# program carries another live runner's mark (pid 1's, as a second kernel's run would carry its kernel's)
 BYSTANDER = textwrap.dedent("""
     import mmap, os, sys, time
     sys.stdin.readline()
@@ -57,7 +61,8 @@ BYSTANDER = textwrap.dedent("""
 def test_counts_the_runs_files_once_and_no_one_elses():
     path = f"/dev/shm/lab-test-rankmeter-bystander-{os.getpid()}"
     bystander = subprocess.Popen([sys.executable, "-c", BYSTANDER, path], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True)
+                                 stdout=subprocess.PIPE, text=True,
+                                 env={**os.environ, "LABUTILS_RUNNER": f"1.{start_ticks(1)}"})
     try:
         with RunShmMeter() as meter:
             bystander.stdin.write("go\n")
@@ -72,12 +77,14 @@ def test_counts_the_runs_files_once_and_no_one_elses():
     # ...and the meter counts the run's two files (one mapped by the child, one open in the run's main
     # process), not the bystander's; the Event's semaphores are /dev/shm files too, a page each
     assert 12 * MiB <= meter.peak <= 12 * MiB + 16 * 4096, meter.peak
-    assert meter.samples > 10 and len(meter.runs_seen) >= 2
+    assert meter.samples > 10 and result.values["child"] in {pid for pid, _ticks in meter.runs_seen}
+    assert bystander.pid not in {pid for pid, _ticks in meter.runs_seen}
     assert meter.peak == meter.peak_total and "processes" in str(meter)
 
 
 def test_a_file_shared_by_two_processes_counts_once():
     name = f"/dev/shm/lab-test-rankmeter-shared-{os.getpid()}"
+    base = held_shm([os.getpid()])  # what this test process maps already (an earlier test's semaphores, say)
     fd = os.open(name, os.O_CREAT | os.O_RDWR, 0o600)
     try:
         os.ftruncate(fd, 4 * MiB)
@@ -85,7 +92,8 @@ def test_a_file_shared_by_two_processes_counts_once():
         child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
                                  pass_fds=(fd,))
         try:
-            assert held_shm([os.getpid(), child.pid]) == 4 * MiB
+            assert held_shm([child.pid]) == 4 * MiB  # held open only, by an inherited fd
+            assert held_shm([os.getpid(), child.pid]) == base + 4 * MiB
         finally:
             child.communicate(b"")
         m.close()

@@ -114,10 +114,25 @@ def test_a_process_a_run_starts_with_its_own_interpreter_gets_the_switch_too():
 def test_the_scripts_own_import_of_labutils_keeps_the_runs_choice(launcher):
     """Notebook 02's `%%isolate --start-method spawn` cell imports labutils; under the switch set to fork,
     that import once moved the run's default back to fork, and the unpicklable dataset "worked"."""
-    code = "import multiprocessing, labutils\nlabutils.emit(method=multiprocessing.get_start_method())\n"
+    code = textwrap.dedent("""
+        import multiprocessing, os
+
+        if __name__ == "__main__":
+            r, w = os.pipe()
+            pid = os.fork()  # a plain fork (multiprocessing's own children get their method forced anyway)
+            if pid == 0:  # its first import of labutils, in a fork of the run's main process
+                import labutils
+                os.write(w, multiprocessing.get_start_method().encode())
+                os._exit(0)
+            os.close(w)
+            forked = os.read(r, 64).decode()
+            os.waitpid(pid, 0)
+            import labutils
+            labutils.emit(method=multiprocessing.get_start_method(), forked=forked)
+    """)
     run = labutils.run_isolated(code, start_method="spawn", env={startmethod.ENV: "fork"}, launcher=launcher,
                                 timeout=120)
-    assert run.ok and run.values["method"] == "spawn", (run.values, run.launcher)
+    assert run.ok and run.values == {"method": "spawn", "forked": "spawn"}, (run.values, run.launcher)
 
 
 def test_python_default_matches_the_platform_rule():

@@ -27,46 +27,62 @@ from ..runner import ownership, procs, warm
 
 __all__ = ["RunShmMeter", "held_shm"]
 
-SHM_PREFIX = "/dev/shm/"
+SHM_PATH = "/dev/shm"
+#: a process this young may not have exec'd yet (its environ is still its parent's): asked again next sample
+SETTLED_S = 0.5
 
 
-def _maps_extents(pid: str, sizes: dict) -> None:
+def _shm_root(path: str = SHM_PATH) -> tuple:
+    """``(path prefix as /proc shows it, device)`` of the shared-memory filesystem (``/dev/shm`` may be a
+    link to ``/run/shm``): a file counts when it lies under that prefix *and* on that device."""
+    real = os.path.realpath(path)
+    return real.rstrip("/").encode() + b"/", os.stat(real).st_dev
+
+
+def _maps_extents(pid: str, sizes: dict, root: tuple) -> None:
     """Add ``{(dev, inode): bytes mapped}`` of pid's /dev/shm mappings to ``sizes`` (the largest extent)."""
+    prefix, dev = root
+    marker = b" " + prefix
     with open(f"/proc/{pid}/maps", "rb") as fh:
         data = fh.read()
-    if b" /dev/shm/" not in data:
+    if marker not in data:
         return
     for line in data.split(b"\n"):
-        if b" /dev/shm/" not in line:
+        if marker not in line:
             continue
         fields = line.split()
-        start, _, end = fields[0].partition(b"-")
         major, _, minor = fields[3].partition(b":")
-        key = (os.makedev(int(major, 16), int(minor, 16)), int(fields[4]))
+        if os.makedev(int(major, 16), int(minor, 16)) != dev:
+            continue
+        start, _, end = fields[0].partition(b"-")
+        key = (dev, int(fields[4]))
         sizes[key] = max(sizes.get(key, 0), int(end, 16) - int(start, 16))
 
 
-def _open_files(pid: str, sizes: dict) -> None:
+def _open_files(pid: str, sizes: dict, root: tuple) -> None:
     """Add the /dev/shm files pid holds open to ``sizes``, at their size (``fstat`` through /proc)."""
+    prefix, dev = root
     base = f"/proc/{pid}/fd"
     for fd in os.listdir(base):
         try:
-            if not os.readlink(f"{base}/{fd}").startswith(SHM_PREFIX):
+            if not os.fsencode(os.readlink(f"{base}/{fd}")).startswith(prefix):
                 continue
             st = os.stat(f"{base}/{fd}")
         except OSError:  # closed meanwhile
             continue
-        key = (st.st_dev, st.st_ino)
-        sizes[key] = max(sizes.get(key, 0), st.st_size)
+        if st.st_dev == dev:
+            key = (st.st_dev, st.st_ino)
+            sizes[key] = max(sizes.get(key, 0), st.st_size)
 
 
-def held_shm(pids) -> int:
+def held_shm(pids, path: str = SHM_PATH) -> int:
     """Bytes of the /dev/shm files that the processes ``pids`` map or hold open, each file counted once."""
+    root = _shm_root(path)
     sizes: dict = {}
     for pid in pids:
         try:
-            _maps_extents(str(pid), sizes)
-            _open_files(str(pid), sizes)
+            _maps_extents(str(pid), sizes, root)
+            _open_files(str(pid), sizes, root)
         except (OSError, ValueError, IndexError):  # the process ended while it was read
             continue
     return sum(sizes.values())
@@ -90,7 +106,7 @@ class RunShmMeter(threading.Thread):
         self.peak_total = 0 if self.supported else None
         self.samples = 0
         self.runs_seen: set = set()
-        self._known: dict = {}  # pid present in the last listing -> whether it is one of our runs' processes
+        self._known: dict = {}  # pid in the last listing -> (one of our runs' processes?, answer final?)
         self._done = threading.Event()
 
     @property
@@ -98,12 +114,20 @@ class RunShmMeter(threading.Thread):
         return self.peak_total
 
     def _ours(self, pid: str) -> bool:
-        if pid not in self._known:  # new since the last listing: a pid that went and came back is asked again
-            marks = ownership.runner_marks(int(pid))
-            self._known[pid] = any(mark == self.mark for mark in marks.values())
-            if self._known[pid]:
-                self.runs_seen.add((int(pid), procs.start_ticks(int(pid))))
-        return self._known[pid]
+        """Whether pid is a process of this runner's runs (the warm template itself is not: it runs nothing).
+        Asked once per process, from its environment; again while it is young (a fork not yet exec'd still
+        has its parent's environment) and when its pid went from one listing to the next."""
+        known = self._known.get(pid)
+        if known is not None and known[1]:
+            return known[0]
+        ticks = procs.start_ticks(int(pid))
+        ours = any(mark == self.mark for mark in ownership.runner_marks(int(pid)).values()) \
+            and int(pid) != warm.template_pid()
+        settled = ours or (ticks is not None and time.time() - procs.start_wall(ticks) > SETTLED_S)
+        self._known[pid] = (ours, settled)
+        if ours:
+            self.runs_seen.add((int(pid), ticks))
+        return ours
 
     def sample(self) -> int:
         listing = [name for name in os.listdir("/proc") if name.isdigit()]

@@ -376,9 +376,9 @@ def main() -> int:
         _lab_default_start_method()
     if cfg.get("start_method"):  # the run's own choice wins over the switch, and is a default too: the
         _by_path("startmethod").set_default(cfg["start_method"])  # script may still set_start_method()
-    # decided for this process: the script's own `import labutils` must not apply the switch again over
-    # the run's choice (it does in the processes this one starts with their own interpreter)
-    os.environ[_by_path("startmethod").DECIDED_ENV] = str(os.getpid())
+    # decided for this process and its forks: the script's own `import labutils` must not apply the switch
+    # again over the run's choice (it does in the interpreters this one starts)
+    _by_path("startmethod").mark_decided()
 
     code, namespace = _run_target(cfg)
     # Stop the loaders the script kept, then drop the script's objects, so that the exit codes below are

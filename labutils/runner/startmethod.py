@@ -18,8 +18,6 @@ import threading
 from typing import Optional
 
 ENV = "LABUTILS_START_METHOD"
-#: The pid of a run's main process, whose bootstrap has applied the switch and the run's own choice.
-DECIDED_ENV = "LABUTILS_START_DECIDED"
 METHODS = ("fork", "forkserver", "spawn")
 
 
@@ -56,6 +54,21 @@ def set_default(method: str) -> None:
     # Only the default moves: where a start method was already chosen (set_start_method, or an explicit
     # start_method= for the run), that choice stands, as it would on a newer Python.
     default._default_context = concrete
+
+
+def mark_decided() -> None:
+    """The run's bootstrap has applied the switch and the run's own choice in this process: a later
+    ``import labutils`` here, or in a process forked from here, must not apply the switch again. Kept in
+    memory (on the multiprocessing.context module, one per interpreter whoever loads this file), so a
+    fork inherits it and an interpreter the run starts (exec, spawn) does not."""
+    from multiprocessing import context
+
+    context._labutils_start_decided = True
+
+
+def decided() -> bool:
+    """Whether :func:`mark_decided` ran in this process or in the one it was forked from."""
+    return getattr(sys.modules.get("multiprocessing.context"), "_labutils_start_decided", False)
 
 
 def apply_requested(emulate_preload: bool = False) -> Optional[str]:
