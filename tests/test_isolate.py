@@ -293,8 +293,13 @@ def test_a_listener_that_raises_stoprun_ends_the_run_at_once():
     """Notebook 10's as-written recipe only waits once its workers are dead: its cell stops it there."""
     code = textwrap.dedent("""
         import multiprocessing as mp, os, time
+
+        def child():  # lives a second: the monitor reports the deaths of processes it has seen
+            time.sleep(1)
+            os._exit(3)
+
         if __name__ == "__main__":
-            child = mp.get_context("fork").Process(target=os._exit, args=(3,))
+            child = mp.get_context("fork").Process(target=child)
             child.start()
             time.sleep(60)  # what the recipe does after its workers died: it waits
     """)

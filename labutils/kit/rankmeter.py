@@ -19,11 +19,10 @@ The peak is sampled (every ``interval`` seconds), so it is a lower bound. Linux 
 from __future__ import annotations
 
 import os
-import threading
 import time
-from typing import Optional
 
 from ..runner import ownership, procs, warm
+from .shmwatch import PollingMeter
 
 __all__ = ["RunShmMeter", "held_shm"]
 
@@ -88,7 +87,7 @@ def held_shm(pids, path: str = SHM_PATH) -> int:
     return sum(sizes.values())
 
 
-class RunShmMeter(threading.Thread):
+class RunShmMeter(PollingMeter):
     """Poll the /dev/shm held by this process's lab runs (see the module) in a daemon thread; keep the peak.
 
     Use it as a context manager around a run (``run_isolated``, ``run_torchrun``): ``peak`` is the highest
@@ -97,21 +96,14 @@ class RunShmMeter(threading.Thread):
     """
 
     def __init__(self, interval: float = 0.01):
-        super().__init__(daemon=True, name="run-shm-meter")
-        self.interval = interval
+        super().__init__(interval, "run-shm-meter")
         self.reason = None if os.path.isdir("/proc/self/fd") and os.path.isdir("/dev/shm") else (
             "no /proc or no /dev/shm on this machine (macOS?): a run's /dev/shm files cannot be found there")
         self.supported = self.reason is None
         self.mark = tuple(int(x) for x in warm.runner_mark().split(".")) if self.supported else None
         self.peak_total = 0 if self.supported else None
-        self.samples = 0
         self.runs_seen: set = set()
         self._known: dict = {}  # pid in the last listing -> (one of our runs' processes?, answer final?)
-        self._done = threading.Event()
-
-    @property
-    def peak(self) -> Optional[int]:
-        return self.peak_total
 
     def _ours(self, pid: str) -> bool:
         """Whether pid is a process of this runner's runs (the warm template itself is not: it runs nothing).
@@ -137,34 +129,8 @@ class RunShmMeter(threading.Thread):
         self.samples += 1
         return total
 
-    def start(self) -> None:
-        if self.supported:
-            super().start()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            self.sample()
-            time.sleep(self.interval)
-
-    def stop(self) -> Optional[int]:
-        """Stop polling (after one last sample) and return :attr:`peak` (None where unsupported)."""
-        self._done.set()
-        if not self.supported:
-            return None
-        if self.is_alive():
-            self.join()
-        self.sample()
-        return self.peak
-
     def __str__(self) -> str:
         if not self.supported:
             return f"RunShmMeter: unsupported - {self.reason}"
         return (f"RunShmMeter: peak {self.peak / 2**20:.1f} MiB in {self.samples} samples, "
                 f"{len(self.runs_seen)} processes of this runner's runs seen")
-
-    def __enter__(self) -> "RunShmMeter":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -83,7 +83,54 @@ def shm_total(path: str = SHM_PATH) -> int:
     return st.f_blocks * st.f_frsize
 
 
-class PeakMeter(threading.Thread):
+class PollingMeter(threading.Thread):
+    """A daemon thread that calls :meth:`sample` every ``interval`` seconds until :meth:`stop` (which takes
+    one last sample) and keeps the peak in ``peak_total``; a context manager. Where ``supported`` is False
+    it starts no thread and :meth:`stop` gives None. Subclasses set ``supported`` and define ``sample``."""
+
+    supported = False
+
+    def __init__(self, interval: float, name: str):
+        super().__init__(daemon=True, name=name)
+        self.interval = interval
+        self.samples = 0
+        self._done = threading.Event()
+
+    @property
+    def peak(self) -> Optional[int]:
+        return self.peak_total
+
+    def sample(self) -> int:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if self.supported:
+            super().start()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.sample()
+            time.sleep(self.interval)
+
+    def stop(self) -> Optional[int]:
+        """Stop polling (one last sample is taken) and return :attr:`peak` (None where unsupported)."""
+        self._done.set()
+        if not self.supported:
+            return None
+        if self.is_alive():
+            self.join()
+        self.sample()
+        return self.peak
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class PeakMeter(PollingMeter):
     """Poll the use of ``path`` every ``interval`` seconds in a daemon thread and keep the highest value.
 
     Use it as a context manager; ``peak`` is the highest use seen above the use at ``start()``
@@ -96,52 +143,29 @@ class PeakMeter(threading.Thread):
     """
 
     def __init__(self, path: str = SHM_PATH, interval: float = 0.001):
-        super().__init__(daemon=True, name="shm-peak-meter")
-        self.path, self.interval = path, interval
+        super().__init__(interval, "shm-peak-meter")
+        self.path = path
         self.reason = why_unsupported(path)
         self.supported = self.reason is None
         self.baseline = shm_used(path) if self.supported else None
         self.peak_total = self.baseline
-        self.samples = 0
-        self._done = threading.Event()
 
     @property
     def peak(self) -> Optional[int]:
         """Highest use seen, minus the use when the meter was created (None where unsupported)."""
         return None if not self.supported else self.peak_total - self.baseline
 
-    def start(self) -> None:
-        if self.supported:
-            super().start()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            self.peak_total = max(self.peak_total, shm_used(self.path))
-            self.samples += 1
-            time.sleep(self.interval)
-
-    def stop(self) -> Optional[int]:
-        """Stop polling (one last sample is taken) and return :attr:`peak` (None where unsupported)."""
-        self._done.set()
-        if not self.supported:
-            return None
-        if self.is_alive():
-            self.join()
-        self.end_total = shm_used(self.path)
-        self.peak_total = max(self.peak_total, self.end_total)
-        return self.peak
+    def sample(self) -> int:
+        used = shm_used(self.path)
+        self.peak_total = max(self.peak_total, used)
+        self.samples += 1
+        return used
 
     def __str__(self) -> str:
         if not self.supported:
             return f"PeakMeter({self.path}): unsupported - {self.reason}"
         return f"PeakMeter({self.path}): peak {format_size(self.peak)} in {self.samples} samples"
 
-    def __enter__(self) -> "PeakMeter":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def in_flight_rule(batch_bytes: int, num_workers: int, prefetch_factor: int) -> int:
