@@ -340,20 +340,17 @@ def shm_names(path: str = SHM_PATH) -> set:
 
 
 def _mapped_inodes(path: str) -> set:
-    inodes = set()
-    prefix = path.rstrip("/") + "/"
+    """Inodes of the files under ``path`` that any process maps (the maps reader of notebook 12's meter)."""
+    from .rankmeter import _maps_extents, _shm_root  # rankmeter imports this module at its top
+
+    root, sizes = _shm_root(path), {}
     for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    fields = line.split()
-                    if prefix in line and len(fields) >= 5 and fields[4].isdigit():
-                        inodes.add(int(fields[4]))
-        except OSError:
-            continue
-    return inodes
+        if pid.isdigit():
+            try:
+                _maps_extents(pid, sizes, root)
+            except (OSError, ValueError, IndexError):  # gone, or not ours to read
+                continue
+    return {inode for _dev, inode in sizes}
 
 
 def leaked_shm(before: set, path: str = SHM_PATH, grace: float = 10.0, poll: float = 0.1) -> set:
