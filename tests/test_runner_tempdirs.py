@@ -56,6 +56,59 @@ def test_a_run_stopped_by_its_time_limit_leaves_no_temporary_file(launcher):
     assert not os.path.lexists(r.values["run_dir"])
 
 
+@pytest.mark.parametrize("launcher", ["warm", "cold"])
+def test_a_run_under_a_deep_tmpdir_gets_a_short_folder_of_its_own_and_leaves_nothing(launcher, tmp_path,
+                                                                                     monkeypatch):
+    """A caller's temporary folder too deep for RUN_DIR/tmp (AF_UNIX sockets below it: at most 107 bytes),
+    as macOS's /var/folders/... or a soak's folder per notebook: the run's folder is made in /tmp instead,
+    and goes with the run. Before, the run fell back to the caller's folder and left its files there."""
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))  # where this process makes the run directory
+    r = run_isolated(STOPPED, launcher=launcher, timeout=4)
+    assert r.outcome == "timed_out", r
+    own = r.values["tmp"]
+    assert os.path.dirname(r.values["run_dir"]) == str(deep), r.values
+    assert os.path.dirname(own) == "/tmp" and os.path.basename(own).startswith("labutils-tmp-"), r.values
+    assert r.values["vars"] == [own] * 3, r.values
+    for path in r.values["made"]:
+        assert os.path.dirname(path) == own, path
+    assert not os.path.lexists(own) and not os.path.lexists(r.values["run_dir"])
+    assert os.listdir(deep) == []
+
+
+def test_a_dead_runners_short_folder_goes_with_its_run_dir_by_identity(tmp_path, monkeypatch):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from labutils.runner import ownership
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / ("d" * 60)))
+    os.mkdir(tempfile.tempdir)
+    dead, replaced = ownership.make_run_dir(), ownership.make_run_dir()
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    ticks = ownership._procs.start_ticks(p.pid)
+    p.wait()
+    short = {}
+    for d in (dead, replaced):
+        with open(os.path.join(d, "runner.json"), "w") as fh:
+            json.dump({"pid": p.pid, "start_ticks": ticks}, fh)
+        short[d] = ownership.run_temp_dir(d)
+        assert short[d].startswith("/tmp/labutils-tmp-") and os.path.isdir(short[d]), short
+    shutil.rmtree(short[replaced])
+    os.mkdir(short[replaced])  # the same name, made again (somebody else's now): maybe even the same inode
+    try:
+        done = ownership.clean_after_dead_runners(tempfile.tempdir, force=True)
+        assert sorted(done["run_dirs"]) == sorted([dead, replaced]), done
+        assert not os.path.lexists(short[dead]) and not os.path.lexists(dead)
+        assert os.path.isdir(short[replaced])
+    finally:
+        for path in short.values():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def test_a_learners_own_tmpdir_wins():
     code = "import tempfile, labutils; labutils.emit(tmp=tempfile.gettempdir())"
     mine = tempfile.mkdtemp(prefix="labutils-test-")

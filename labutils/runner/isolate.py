@@ -185,7 +185,7 @@ def _run(spec: RunSpec) -> RunResult:
         group.refused_forks()  # the kernel's count of refused forks, read before the group goes
     finally:
         group.remove()
-        shutil.rmtree(run_dir, ignore_errors=True)
+        _ownership.remove_run_dir(run_dir)
     result.leftover_cgroups = list(group.leftover)
     return result
 

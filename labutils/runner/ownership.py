@@ -64,7 +64,6 @@ def owned_shm(before: set, run_dir: str, procs_by_pid: Mapping[int, int]) -> lis
 def remove_temp_dirs(run_dir: str) -> list:
     """Remove the multiprocessing temp folders the run's processes recorded (same inode) and that are still
     there: a process killed before its exit handlers ran leaves its ``pymp-*`` folder behind."""
-    import shutil
 
     left = []
     for rec in _read_jsonl(os.path.join(run_dir, _rd.CREATED_TMP)):
@@ -226,23 +225,87 @@ _NAME = re.compile(r"^labutils-(?:run|pids|probe)-(\d+)\.(\d+)-[0-9a-f]+$")
 
 def make_run_dir() -> str:
     """A new run directory (``mkdtemp``), with ``runner.json`` naming its runner by pid and start ticks, and
-    the run's own temporary folder (``tmp/``, see :func:`run_temp_dir`)."""
+    the run's own temporary folder (see :func:`run_temp_dir`)."""
     run_dir = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
-    os.mkdir(os.path.join(run_dir, _rd.TMP), 0o700)
     me = os.getpid()
     with open(os.path.join(run_dir, _rd.RUNNER), "w", encoding="utf-8") as fh:
         json.dump({"pid": me, "start_ticks": _procs.start_ticks(me), "uid": os.getuid()}, fh)
+    inside = os.path.join(run_dir, _rd.TMP)
+    if len(inside) <= _rd.TMP_MAX_LEN:
+        os.mkdir(inside, 0o700)
+        return run_dir
+    # The caller's temporary folder is too deep for the sockets made below it (macOS's /var/folders/...,
+    # a test's nested TMPDIR): the run's folder is a new one in the short /tmp instead, named in the run
+    # directory by path, device, inode and a token written in it, and removed with it (remove_run_dir), by
+    # that identity.
+    for base in _SHORT_TMP_BASES:
+        try:
+            short = tempfile.mkdtemp(prefix=TMP_DIR_PREFIX, dir=base)
+        except OSError:
+            continue
+        if len(short) > _rd.TMP_MAX_LEN:
+            os.rmdir(short)
+            continue
+        token = os.urandom(8).hex()  # an inode number is reused at once after a removal: the token is not
+        with open(os.path.join(short, TMP_TOKEN), "w", encoding="utf-8") as fh:
+            fh.write(token)
+        st = os.lstat(short)
+        with open(os.path.join(run_dir, _rd.TMP_ELSEWHERE), "w", encoding="utf-8") as fh:
+            json.dump({"path": short, "dev": st.st_dev, "ino": st.st_ino, "token": token}, fh)
+        break
     return run_dir
 
 
+#: a run's temporary folder outside its run directory (see make_run_dir) is made in the first of these
+_SHORT_TMP_BASES = ("/tmp", "/var/tmp")
+TMP_DIR_PREFIX = "labutils-tmp-"
+TMP_TOKEN = ".labutils-run-token"  #: in that folder: the token its run directory records
+
+
+def _tmp_elsewhere(run_dir: str) -> Optional[str]:
+    """The run's temporary folder outside its run directory, if it has one and it is still the folder that
+    was made for it (same device and inode, this user's, holding the token the run directory records):
+    else None."""
+    rec = _read_json(os.path.join(run_dir, _rd.TMP_ELSEWHERE))
+    if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
+        return None
+    path = rec["path"]
+    if not os.path.basename(path).startswith(TMP_DIR_PREFIX):
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    same = (st.st_dev, st.st_ino) == (rec.get("dev"), rec.get("ino")) and st.st_uid == os.getuid()
+    if not same or not os.path.isdir(path) or os.path.islink(path):
+        return None
+    try:
+        with open(os.path.join(path, TMP_TOKEN), encoding="utf-8") as fh:
+            token = fh.read()
+    except OSError:
+        return None  # gone or unreadable: not provably the run's, so left alone
+    return path if isinstance(rec.get("token"), str) and token == rec["token"] else None
+
+
 def run_temp_dir(run_dir: str) -> Optional[str]:
-    """The folder a run's processes get as TMPDIR/TEMP/TMP: ``RUN_DIR/tmp``, removed with the run directory,
-    so a pymp-* folder, a torchelastic log folder or a mkstemp file of a process killed before its clean-up
-    is not left in the shared /tmp. None where that path is too long for the AF_UNIX sockets made below it
-    (multiprocessing's listeners, torch's shm manager: at most 107 bytes); the run then uses the kernel's
-    temporary folder and :func:`remove_temp_dirs` removes what it recorded there."""
+    """The folder a run's processes get as TMPDIR/TEMP/TMP, so a pymp-* folder, a torchelastic log folder, a
+    torch shm manager's socket folder or a mkstemp file of a process killed before its clean-up is not left
+    in the caller's temporary folder: ``RUN_DIR/tmp``, or where that path is too long for the AF_UNIX
+    sockets made below it (at most 107 bytes), a ``labutils-tmp-*`` folder in /tmp made for this run. Both
+    go with the run directory (:func:`remove_run_dir`). None where neither could be made: the run then uses
+    the caller's temporary folder and :func:`remove_temp_dirs` removes the pymp-* folders it recorded."""
     path = os.path.join(run_dir, _rd.TMP)
-    return path if len(path) <= _rd.TMP_MAX_LEN and os.path.isdir(path) else None
+    if len(path) <= _rd.TMP_MAX_LEN and os.path.isdir(path):
+        return path
+    return _tmp_elsewhere(run_dir)
+
+
+def remove_run_dir(run_dir: str) -> None:
+    """Remove a run directory and its temporary folder, wherever that was made."""
+    elsewhere = _tmp_elsewhere(run_dir)
+    if elsewhere is not None:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def runner_alive(pid, ticks) -> bool:
@@ -347,7 +410,7 @@ def _clean_run_dirs(tmp: str, done: dict) -> None:
         if not isinstance(owner, dict) or runner_alive(owner.get("pid"), owner.get("start_ticks")):
             continue
         done["processes"].extend(_kill_marked(path))
-        shutil.rmtree(path, ignore_errors=True)
+        remove_run_dir(path)
         done["run_dirs"].append(path)
 
 
