@@ -18,6 +18,8 @@ import pytest
 import labutils
 import labutils.runner.isolate as isolate
 from labutils import IsolationError, run_isolated
+from labutils.kit.caught import caught
+from labutils.kit.deaths import check_death
 
 
 def _run_pids(r) -> set:
@@ -144,13 +146,16 @@ def test_killed_worker_is_reported_with_its_signal(method):
 def test_error_caught_by_script_is_still_recorded():
     loop = "    for batch in DataLoader(D(), batch_size=2, num_workers=2):\n        pass"
     assert loop in KILL_WORKER
+    # what PyTorch raises is a race (labutils.kit.deaths): a RuntimeError from the SIGCHLD handler or the
+    # status check, or a bare ConnectionResetError from fetching the batch the worker was handing over (seen
+    # on Python 3.12 under load): the script catches any error, as a learner's `except Exception` would
     code = KILL_WORKER.replace(loop, "    try:\n        list(DataLoader(D(), batch_size=2, num_workers=2))\n"
-                                     "    except RuntimeError:\n        print('swallowed')")
+                                     "    except Exception:\n        print('swallowed')")
     r = run_isolated(code, timeout=60)
-    assert r.outcome == "ok" and "swallowed" in r.stdout
-    # which face PyTorch shows depends on where the main process is when SIGCHLD arrives: both name the death
-    message = r.loader_errors[0][0].message if r.loader_errors else ""
-    assert "exited unexpectedly" in message or "is killed by signal: Killed" in message, r.loader_errors
+    assert r.outcome == "ok" and "swallowed" in r.stdout, (r.outcome, r.stderr[-2000:])
+    assert r.loader_errors, r.loader_events  # the lab recorded the error the script swallowed
+    records = [{"type": e.type, "message": e.message} for e in r.loader_errors[0]]
+    check_death(caught(r, records), signal=9)  # one of PyTorch's shapes, naming the worker that was killed
 
 
 def test_nofile_is_seen_inside_the_run():

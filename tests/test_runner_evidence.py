@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import textwrap
 import time
-
-import pytest
 
 from labutils import run_isolated
 
@@ -73,11 +72,12 @@ def test_progress_counts_batches_and_ends_with_the_total():
     assert all(g >= 0.2 for g in gaps), gaps  # at most about four a second
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_stall_stops_a_stuck_loader_with_every_stack(method):
+def test_stall_stops_a_stuck_loader_with_every_stack(lab_start_method):
+    # this machine's default start method; `pytest --lab-matrix` adds forkserver and spawn
+    method = lab_start_method or multiprocessing.get_all_start_methods()[0]
     body = "if i == 9:\n            time.sleep(600)\n        time.sleep(0.01)"
     code = loader(n=40, body=body).replace("num_workers=2)", f"num_workers=2, multiprocessing_context='{method}')")
-    stall = 3 if method == "fork" else 20  # spawn: two torch imports before the first batch, on 2 busy cores
+    stall = 3 if method == "fork" else 20  # a fresh torch import per worker before the first batch, on 2 busy cores
     t0 = time.monotonic()
     r = run_isolated(code, timeout=120, stall=stall)
     assert time.monotonic() - t0 < 100

@@ -99,11 +99,22 @@ def test_a_dead_runners_short_folder_goes_with_its_run_dir_by_identity(tmp_path,
         assert short[d].startswith("/tmp/labutils-tmp-") and os.path.isdir(short[d]), short
     shutil.rmtree(short[replaced])
     os.mkdir(short[replaced])  # the same name, made again (somebody else's now): maybe even the same inode
+    orphan = ownership.make_run_dir()  # its run directory is gone (a test's tmp_path, removed by pytest)
+    with open(os.path.join(ownership.run_temp_dir(orphan), ownership.TMP_OWNER)) as fh:
+        owner = json.load(fh)
+    short[orphan] = ownership.run_temp_dir(orphan)
+    with open(os.path.join(short[orphan], ownership.TMP_OWNER), "w") as fh:
+        json.dump({**owner, "pid": p.pid, "start_ticks": ticks}, fh)  # its runner is dead
+    shutil.rmtree(orphan)
+    live = ownership.make_run_dir()  # this process's own: alive, kept
+    short[live] = ownership.run_temp_dir(live)
     try:
         done = ownership.clean_after_dead_runners(tempfile.tempdir, force=True)
         assert sorted(done["run_dirs"]) == sorted([dead, replaced]), done
         assert not os.path.lexists(short[dead]) and not os.path.lexists(dead)
         assert os.path.isdir(short[replaced])
+        assert sorted(done["tmp_dirs"]) == sorted([short[dead], short[orphan]]), done
+        assert not os.path.lexists(short[orphan]) and os.path.isdir(short[live]) and os.path.isdir(live)
     finally:
         for path in short.values():
             shutil.rmtree(path, ignore_errors=True)

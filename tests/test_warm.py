@@ -147,3 +147,13 @@ def test_a_run_dies_with_its_runner(launcher, tmp_path):
     while psutil.pid_exists(run_pid) and psutil.Process(run_pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"run {run_pid} outlived its killed runner ({launcher})"
         time.sleep(0.1)
+    # what it left on disk goes with the next runner's clean-up: its run directory, and the temporary folder
+    # it had in /tmp (tmp_path is too deep for RUN_DIR/tmp), by the dead runner's identity in each
+    from labutils.runner import ownership
+
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith("labutils-run-")]
+    assert len(left) == 1, left
+    short = ownership.run_temp_dir(str(tmp_path / left[0]))
+    done = ownership.clean_after_dead_runners(str(tmp_path), force=True)
+    assert [os.path.basename(d) for d in done["run_dirs"]] == left, done
+    assert short is None or (short in done["tmp_dirs"] and not os.path.lexists(short)), (short, done)

@@ -235,9 +235,10 @@ def make_run_dir() -> str:
         os.mkdir(inside, 0o700)
         return run_dir
     # The caller's temporary folder is too deep for the sockets made below it (macOS's /var/folders/...,
-    # a test's nested TMPDIR): the run's folder is a new one in the short /tmp instead, named in the run
-    # directory by path, device, inode and a token written in it, and removed with it (remove_run_dir), by
-    # that identity.
+    # a test's nested TMPDIR): the run's folder is a new one in the short /tmp instead. An owner file in
+    # it names its runner (pid, start ticks) and a token that the run directory records with the folder's
+    # path, device and inode: it goes with the run directory (remove_run_dir), or, where its runner was
+    # killed first, with the next runner's clean-up (clean_after_dead_runners), by that identity.
     for base in _SHORT_TMP_BASES:
         try:
             short = tempfile.mkdtemp(prefix=TMP_DIR_PREFIX, dir=base)
@@ -247,8 +248,8 @@ def make_run_dir() -> str:
             os.rmdir(short)
             continue
         token = os.urandom(8).hex()  # an inode number is reused at once after a removal: the token is not
-        with open(os.path.join(short, TMP_TOKEN), "w", encoding="utf-8") as fh:
-            fh.write(token)
+        with open(os.path.join(short, TMP_OWNER), "w", encoding="utf-8") as fh:
+            json.dump({"token": token, "pid": me, "start_ticks": _procs.start_ticks(me), "uid": os.getuid()}, fh)
         st = os.lstat(short)
         with open(os.path.join(run_dir, _rd.TMP_ELSEWHERE), "w", encoding="utf-8") as fh:
             json.dump({"path": short, "dev": st.st_dev, "ino": st.st_ino, "token": token}, fh)
@@ -259,32 +260,36 @@ def make_run_dir() -> str:
 #: a run's temporary folder outside its run directory (see make_run_dir) is made in the first of these
 _SHORT_TMP_BASES = ("/tmp", "/var/tmp")
 TMP_DIR_PREFIX = "labutils-tmp-"
-TMP_TOKEN = ".labutils-run-token"  #: in that folder: the token its run directory records
+TMP_OWNER = ".labutils-owner.json"  #: in that folder: its runner and the token its run directory records
 
 
-def _tmp_elsewhere(run_dir: str) -> Optional[str]:
-    """The run's temporary folder outside its run directory, if it has one and it is still the folder that
-    was made for it (same device and inode, this user's, holding the token the run directory records):
-    else None."""
-    rec = _read_json(os.path.join(run_dir, _rd.TMP_ELSEWHERE))
-    if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
-        return None
-    path = rec["path"]
+def _short_owner(path: str) -> Optional[dict]:
+    """The owner record of a ``labutils-tmp-*`` folder, if it is a real folder of this user's with one."""
     if not os.path.basename(path).startswith(TMP_DIR_PREFIX):
         return None
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    same = (st.st_dev, st.st_ino) == (rec.get("dev"), rec.get("ino")) and st.st_uid == os.getuid()
-    if not same or not os.path.isdir(path) or os.path.islink(path):
+    if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
         return None
-    try:
-        with open(os.path.join(path, TMP_TOKEN), encoding="utf-8") as fh:
-            token = fh.read()
-    except OSError:
-        return None  # gone or unreadable: not provably the run's, so left alone
-    return path if isinstance(rec.get("token"), str) and token == rec["token"] else None
+    owner = _read_json(os.path.join(path, TMP_OWNER))
+    return owner if isinstance(owner, dict) and isinstance(owner.get("token"), str) else None
+
+
+def _tmp_elsewhere(run_dir: str) -> Optional[str]:
+    """The run's temporary folder outside its run directory, if it has one and it is still the folder that
+    was made for it (same device and inode, this user's, its owner file holding the token the run
+    directory records): else None."""
+    rec = _read_json(os.path.join(run_dir, _rd.TMP_ELSEWHERE))
+    if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
+        return None
+    path = rec["path"]
+    owner = _short_owner(path)
+    if owner is None or owner["token"] != rec.get("token"):
+        return None  # gone, replaced or unreadable: not provably the run's, so left alone
+    st = os.lstat(path)
+    return path if (st.st_dev, st.st_ino) == (rec.get("dev"), rec.get("ino")) else None
 
 
 def run_temp_dir(run_dir: str) -> Optional[str]:
@@ -300,12 +305,14 @@ def run_temp_dir(run_dir: str) -> Optional[str]:
     return _tmp_elsewhere(run_dir)
 
 
-def remove_run_dir(run_dir: str) -> None:
-    """Remove a run directory and its temporary folder, wherever that was made."""
+def remove_run_dir(run_dir: str) -> Optional[str]:
+    """Remove a run directory and its temporary folder, wherever that was made; returns the temporary
+    folder it removed outside the run directory, if any."""
     elsewhere = _tmp_elsewhere(run_dir)
     if elsewhere is not None:
         shutil.rmtree(elsewhere, ignore_errors=True)
     shutil.rmtree(run_dir, ignore_errors=True)
+    return elsewhere
 
 
 def runner_alive(pid, ticks) -> bool:
@@ -325,6 +332,8 @@ def clean_after_dead_runners(tmp: Optional[str] = None, force: bool = False) -> 
       then the directory is removed;
     * every live process of this user whose environment names a dead runner (``LABUTILS_RUNNER``, or the
       warm template's ``LABUTILS_TEMPLATE``), wherever its run directory was: SIGKILLed, verified by a handle;
+    * ``labutils-tmp-*`` folders in /tmp (a run's temporary folder where its run directory's path was too
+      long) whose owner file names a dead runner;
     * the lab's empty cgroups (``labutils-run-PID.TICKS-*``, ``labutils-pids-...``) under this process's
       own memory and pids cgroups whose creator is dead; their processes are killed first.
 
@@ -333,11 +342,29 @@ def clean_after_dead_runners(tmp: Optional[str] = None, force: bool = False) -> 
     if _cleaned.is_set() and not force:
         return {}
     _cleaned.set()
-    done = {"run_dirs": [], "processes": [], "cgroups": []}
+    done = {"run_dirs": [], "processes": [], "cgroups": [], "tmp_dirs": []}
     _clean_run_dirs(tmp or tempfile.gettempdir(), done)
     _clean_orphans_of_dead_runners(done)
+    _clean_short_tmp_dirs(done)
     _clean_cgroups(done)
     return done
+
+
+def _clean_short_tmp_dirs(done: dict) -> None:
+    """``labutils-tmp-*`` folders (a run's temporary folder outside its run directory) whose owner file names
+    a dead runner: the run directory that would have removed it went with its runner, or is gone."""
+    for base in _SHORT_TMP_BASES:
+        try:
+            names = [n for n in os.listdir(base) if n.startswith(TMP_DIR_PREFIX)]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(base, name)
+            owner = _short_owner(path)
+            if owner is None or runner_alive(owner.get("pid"), owner.get("start_ticks")):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            done["tmp_dirs"].append(path)
 
 
 def _clean_orphans_of_dead_runners(done: dict) -> None:
@@ -410,7 +437,9 @@ def _clean_run_dirs(tmp: str, done: dict) -> None:
         if not isinstance(owner, dict) or runner_alive(owner.get("pid"), owner.get("start_ticks")):
             continue
         done["processes"].extend(_kill_marked(path))
-        remove_run_dir(path)
+        elsewhere = remove_run_dir(path)
+        if elsewhere is not None:
+            done["tmp_dirs"].append(elsewhere)
         done["run_dirs"].append(path)
 
 

@@ -28,7 +28,8 @@ STACKS = "stacks"  #: faulthandler dumps, one file per pid
 #: mkstemp files), so whatever a killed process leaves there goes with the run directory
 TMP = "tmp"
 TMP_VARS = ("TMPDIR", "TEMP", "TMP")
-#: where the run's temporary folder is when ``RUN_DIR/tmp`` would be too long (path, device, inode, token)
+#: where the run's temporary folder is when ``RUN_DIR/tmp`` would be too long: path, device, inode and
+#: the token of its owner file
 TMP_ELSEWHERE = "tmp_elsewhere.json"
 #: AF_UNIX socket paths are at most 107 bytes; multiprocessing puts its listeners at
 #: ``TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`` (33 more) and torch's shm manager its socket 30 more deep
