@@ -59,6 +59,9 @@ def _marked(source: str, marker: str) -> bool:
     return any(line.strip() == marker for line in source.splitlines())
 
 
+KEEP_ENV = "LAB_SOAK_KEEP_FAILED"  #: where --keep-failed writes failing runs (read by the pool's processes)
+
+
 def _first_line(text: str) -> str:
     for line in str(text).splitlines():
         if line.strip():
@@ -148,6 +151,11 @@ def _run_once(path: Path, start_method: str, timeout: int) -> dict:
             failures[i] = error
     if ended:  # the cause, rather than what it left in the cell (a timeout's interrupt: KeyboardInterrupt)
         failures[started[0]] = ended
+    keep = os.environ.get(KEEP_ENV)
+    if failures and keep:  # --keep-failed: the executed notebook, with every output, to read the failure in
+        fd, kept = tempfile.mkstemp(prefix=path.stem + "-", suffix=".ipynb", dir=keep)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            nbformat.write(nb, fh)
     return failures
 
 
@@ -294,9 +302,13 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=int, default=240, help="seconds a cell may take (default 240)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="notebooks run at once, each in a process of its own (default 1; 2 on 2 cores)")
+    parser.add_argument("--keep-failed", metavar="DIR",
+                        help="write each run with a failing cell, executed with its outputs, to this folder")
     parser.add_argument("notebooks", nargs="*", help="notebooks to run (default: every notebook and solution)")
     args = parser.parse_args(argv)
     problems = []
+    if args.keep_failed and not os.path.isdir(args.keep_failed):
+        problems.append(f"--keep-failed {args.keep_failed}: no such folder; make it first")
     if args.runs < 1:
         problems.append(f"--runs {args.runs}: give 1 or more")
     if args.start_method not in METHODS:
@@ -311,6 +323,8 @@ def main(argv=None) -> int:
         for line in problems:
             print(f"soak_notebooks: {line}", file=sys.stderr)
         return 2
+    if args.keep_failed:
+        os.environ[KEEP_ENV] = os.path.abspath(args.keep_failed)  # the pool's processes inherit it
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     try:

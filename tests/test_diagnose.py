@@ -191,6 +191,76 @@ def test_missing_main_guard_when_two_workers_print_at_once(how):
     assert d.cause == "missing_main_guard", d.evidence
 
 
+# Captured from two spawned workers of a script without the main guard (2026-12-04, 2 runs in 30 here): one
+# worker's source line `raise RuntimeError(...` was written as its indent, then the other worker's frame
+# line, then its text; the diagnosis took that text for the exception line and said worker_exit.
+PIECES = [
+    'Traceback (most recent call last):',
+    '  File "/usr/lib/python3.11/multiprocessing/popen_spawn_posix.py", line 42, in _launch',
+    '  File "<string>", line 1, in <module>',
+    '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 122, in spawn_main',
+    '    prep_data = spawn.get_preparation_data(process_obj._name)',
+    '                ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^',
+    '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 164, in get_preparation_data',
+    '    exitcode = _main(fd, parent_sentinel)',
+    '    _check_not_importing_main()',
+    '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 140, in _check_not_importing_main',
+    '               ^^^^^^^^^^^^^^^^^^^^^^^^^^',
+    '      File "/usr/lib/python3.11/multiprocessing/spawn.py", line 131, in _main',
+    "raise RuntimeError('''",
+    'RuntimeError: ',
+    '        An attempt has been made to start a new process before the',
+    '        current process has finished its bootstrapping phase.',
+    '',
+    '        This probably means that you are not using fork to start your',
+    '    prepare(preparation_data)',
+    '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 246, in prepare',
+]
+
+
+def test_missing_main_guard_when_two_workers_print_inside_a_line():
+    d = explain(result(exceptions=died(101, "DataLoader worker (pid 101) exited unexpectedly with exit code 1. "
+                                            "Details are lost due to multiprocessing."),
+                       workers=workers(1, 1), stderr="\n".join(PIECES) + "\n"))
+    assert d.cause == "missing_main_guard", d.evidence
+
+
+# The same run, its lines cut up further (a row of carets is written a caret at a time): no traceback's last
+# line is its exception line, but the guard's message, one write, is whole (1 run in 6 of 30 here).
+CARETS = [
+    "Traceback (most recent call last):",
+    '  File "<string>", line 1, in <module>',
+    '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 122, in spawn_main',
+    "               ^^^^^    ^self._popen = self._Popen(self)^",
+    "^^^^^^^^^^^^^^ ^ ^ ^ ^ ^ ",
+    '      File "/usr/lib/python3.11/multiprocessing/spawn.py", line 131, in _main',
+    "^^^^^^^^^^^^^^^^^^^^^ File \"/usr/lib/python3.11/multiprocessing/spawn.py\", line 246, in prepare",
+    "RuntimeError: ",
+    "        An attempt has been made to start a new process before the",
+    "        current process has finished its bootstrapping phase.",
+]
+
+
+def test_missing_main_guard_when_two_workers_cut_each_others_lines_up():
+    d = explain(result(exceptions=died(101, "DataLoader worker (pid 101) exited unexpectedly with exit code 1. "
+                                            "Details are lost due to multiprocessing."),
+                       workers=workers(1, 1), stderr="\n".join(CARETS) + "\n"))
+    assert d.cause == "missing_main_guard", d.evidence
+
+
+def test_a_workers_fd_error_is_found_when_its_traceback_is_cut_up():
+    """notebook 06's worker-side fd wall (1 run in 5 of a soak said worker_exit): two workers' tracebacks."""
+    stderr = ("Traceback (most recent call last):\n"
+              '  File "/usr/lib/python3.11/multiprocessing/queues.py", line 244, in _feed\n'
+              '    obj = _ForkingPickler.dumps(obj)\n'
+              '          ^^^^^^^^^^^^^^^    ^^^  File "/usr/lib/python3.11/multiprocessing/reduction.py", line 51\n'
+              "^^^^^^^^ ^ ^ ^\n"
+              "OSError: [Errno 24] Too many open files\n")
+    eof = [ExceptionInfo("EOFError", "", traceback='  File "/x/torch/utils/data/dataloader.py", line 1, in _get\n')]
+    d = explain(result(exceptions=eof, workers=workers(0, 0), stderr=stderr))
+    assert d.cause == "fd_limit", (d.cause, d.evidence)
+
+
 def test_native_crash_from_exit_code_and_stderr():
     d = explain(result(exceptions=died(100, "DataLoader worker (pid 100) is killed by signal: Segmentation fault."),
                        workers=workers(-11, 0),

@@ -407,13 +407,17 @@ def _is_echo_of_death(e: _Exc) -> bool:
 
 
 # =========================================================================== stderr, by who printed it
+_EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")  # 'RuntimeError: ...', 'KeyboardInterrupt', 'mod.Error:'
+
+
 def _tracebacks(text: str) -> list:
     """``(body, last_line)`` of every Python traceback printed in ``text``.
 
     Two processes that fail at the same moment (two spawned workers) write to one stderr, and their lines
-    interleave, each line whole (stderr is line-buffered). Two such tracebacks are mostly the same lines,
-    so within one traceback a line already seen (another ``Traceback`` header, a frame, the exception line,
-    a line of its message) is taken for the other process's copy and skipped."""
+    interleave, mostly line by line, sometimes inside a line (a source line's indent and its text are two
+    writes). Two such tracebacks are mostly the same lines, so within one traceback a line already seen
+    (another ``Traceback`` header, a frame, the exception line, a line of its message) is taken for the other
+    process's copy and skipped."""
     out = []
     lines = text.splitlines()
     header = "Traceback (most recent call last):"
@@ -433,6 +437,13 @@ def _tracebacks(text: str) -> list:
                 else:
                     break
                 j += 1
+            # unbuffered stderr (the runner sets PYTHONUNBUFFERED) writes a frame's source line in pieces,
+            # its indent apart from its text, so the other process's line can land between them: a piece
+            # that is no exception line (the text of a `raise` line, a row of carets) is skipped, up to three
+            for _ in range(3):
+                if j < len(lines) and lines[j].strip() and not _EXC_LINE.match(lines[j].strip()):
+                    body.append(lines[j])
+                    j += 1
             # a multi-line message (the guard's text) continues on indented lines after the type line
             first = lines[j].strip() if j < len(lines) else ""
             last_lines = [first]

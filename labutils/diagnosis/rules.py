@@ -159,6 +159,23 @@ def _cause_for_signal(sig: Optional[int]) -> str:
     return "worker_exit"
 
 
+#: messages that only Python or multiprocessing raise, in a process of a run: where two processes print
+#: tracebacks at once, unbuffered stderr cuts their lines into pieces (a row of carets is written a caret at
+#: a time) and a traceback's last line can be a piece of the other's, but an exception's message is one
+#: write and stays whole, so these are looked for in the whole stderr
+_INTACT = (("missing_main_guard", _GUARD), ("main_not_importable", _MAIN_ATTR),
+           ("fd_limit", re.compile(r"\[Errno 24\] Too many open files|received 0 items of ancdata")))
+
+
+def _intact(stderr: str) -> Optional[tuple]:
+    """``(cause, text)`` for the first of :data:`_INTACT` whose message is in ``stderr``, else None."""
+    for cause, regex in _INTACT:
+        m = regex.search(stderr)
+        if m:
+            return cause, " ".join(m.group(0).split())
+    return None
+
+
 def _stderr_findings(facts: _Facts) -> list:
     """Findings from tracebacks that child processes printed (each says which kind of process)."""
     found, seen = [], set()
@@ -182,6 +199,8 @@ def _stderr_findings(facts: _Facts) -> list:
             cause = "cuda_in_worker"
         elif _PICKLE.search(text) and p.who in ("child_start", "feeder"):
             cause = "unpicklable_dataset"
+        elif _intact(facts.stderr) is not None:  # this traceback's lines were cut up by another's
+            cause, text = _intact(facts.stderr)
         elif p.who == "child_start":
             cause = "worker_exit"
         if cause is None or (cause, text) in seen:

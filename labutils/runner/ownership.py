@@ -354,12 +354,7 @@ def _clean_short_tmp_dirs(done: dict) -> None:
     """``labutils-tmp-*`` folders (a run's temporary folder outside its run directory) whose owner file names
     a dead runner: the run directory that would have removed it went with its runner, or is gone."""
     for base in _SHORT_TMP_BASES:
-        try:
-            names = [n for n in os.listdir(base) if n.startswith(TMP_DIR_PREFIX)]
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(base, name)
+        for path in _prefixed(base, TMP_DIR_PREFIX):
             owner = _short_owner(path)
             if owner is None or runner_alive(owner.get("pid"), owner.get("start_ticks")):
                 continue
@@ -420,13 +415,16 @@ def kill_verified(pid: int, still_ours) -> bool:
             os.close(fd)
 
 
-def _clean_run_dirs(tmp: str, done: dict) -> None:
+def _prefixed(folder: str, prefix: str) -> list:
+    """The paths of the entries of ``folder`` whose names start with ``prefix`` ([] if it cannot be read)."""
     try:
-        names = [n for n in os.listdir(tmp) if n.startswith(RUN_DIR_PREFIX)]
+        return [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(prefix)]
     except OSError:
-        return
-    for name in names:
-        path = os.path.join(tmp, name)
+        return []
+
+
+def _clean_run_dirs(tmp: str, done: dict) -> None:
+    for path in _prefixed(tmp, RUN_DIR_PREFIX):
         try:
             st = os.lstat(path)
         except OSError:
