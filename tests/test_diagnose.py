@@ -767,3 +767,39 @@ def test_opening_a_deleted_shm_file_is_removed_not_full():
 def test_a_main_process_abort_without_the_unlink_line_is_not_blamed_on_shm():
     d = explain(result(returncode=-6, exceptions=[], workers=workers(0, 0), stderr="free(): invalid pointer\n"))
     assert d.cause != "shm_exhausted", d
+
+
+# --------------------------------------------------------------------------- the kernel log, by time too
+DMESG = ("[ 1000.250000] Memory cgroup out of memory: Killed process 4242 (pt_data_worker) total-vm:1kB\n"
+         "[ 9000.500000] oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/x,task=python,pid=4243,uid=0\n")
+
+
+def test_a_kernel_log_line_about_an_earlier_process_with_the_same_pid_is_not_evidence():
+    """A soak of 01 found oom_killed with high confidence for a SIGKILL it staged: dmesg still held an
+    OOM kill of an earlier process numbered like its worker (pids are reused; the log keeps the uptime's)."""
+    from labutils.diagnosis.probes import oom_lines_in
+
+    assert oom_lines_in(DMESG, {4242, 4243}) == DMESG.strip().splitlines()  # by number alone: both
+    assert oom_lines_in(DMESG, {4242, 4243}, since_boot=5000.0) == [DMESG.splitlines()[1]]  # stamped after
+    assert oom_lines_in("Killed process 4242 (python)\n", {4242}, since_boot=0.0) == []  # no stamp: not proven
+
+
+def test_a_staged_sigkill_is_not_called_memory_by_an_old_kernel_log_line():
+    calls = []
+
+    def record(pids, since=None):
+        calls.append(since)
+        return None if since is not None else {"source": "dmesg", "lines": ["Killed process 100"], "pids": pids}
+
+    r = result(exceptions=died(100, "DataLoader worker (pid 100) is killed by signal: Killed."),
+               workers=workers(-9, 0), loader_events=[{**ITER, "t": 5000.0}], wall_time=2.0)
+    from labutils.diagnosis import evidence
+
+    real = evidence.probes.kernel_oom_record
+    evidence.probes.kernel_oom_record = record
+    try:
+        d = explain(r)
+    finally:
+        evidence.probes.kernel_oom_record = real
+    assert calls and calls[0] == 5000.0 - 2.0 - 1.0, calls
+    assert d.cause == "oom_killed" and d.confidence == "low" and "nothing recorded says" in d.summary, d.summary

@@ -55,8 +55,8 @@ def _process_verdict(facts: _Facts, node, tree: list) -> dict:
     """Explain one child process from its own chain, like a script of its own (its workers: the pids its
     messages name, with the exit statuses the runner saw)."""
     sub = _Facts(source="run", outcome="failed", returncode=node.exitcode, options=dict(facts.options),
-                 env=dict(facts.env), kernel_record=facts.kernel_record, memory_limit=facts.memory_limit,
-                 watchdog_kills=list(facts.watchdog_kills))
+                 env=dict(facts.env), kernel_record=facts.kernel_record, since=facts.since,
+                 memory_limit=facts.memory_limit, watchdog_kills=list(facts.watchdog_kills))
     sub.ended = node.chain
     codes = {n.pid: n.exitcode for n in tree if n.role == "worker"}
     sub.workers = [_Worker(pid, codes.get(pid)) for pid in _worker_pids_named(node.chain)]

@@ -148,7 +148,8 @@ class _Facts:
     stacks: dict = field(default_factory=dict)
     batches: Optional[int] = None
     env: dict = field(default_factory=dict)
-    kernel_record: Any = None  # callable(pids) -> dict|None, read only when a SIGKILL needs it
+    kernel_record: Any = None  # callable(pids, since=) -> dict|None, read only when a SIGKILL needs it
+    since: Optional[float] = None  # a run's start (time.time()): older kernel log lines are not about it
 
 
 # --------------------------------------------------------------------------- message patterns
@@ -330,6 +331,10 @@ def _facts_from_result(result) -> _Facts:
     facts.stacks = dict(getattr(result, "stacks", None) or {})
     facts.env = dict(facts.options.get("env") or {})
     facts.kernel_record = probes.kernel_oom_record
+    stamps = [e["t"] for e in [*getattr(result, "loader_events", []), *(getattr(result, "events", None) or [])]
+              if isinstance(e.get("t"), (int, float))]
+    if stamps:  # the first record of the run, less its start-up: no process of it is older
+        facts.since = min(stamps) - (getattr(result, "wall_time", 0.0) or 0.0) - 1.0
     return facts
 
 

@@ -262,8 +262,13 @@ def torch_info(import_torch: bool = False) -> TorchInfo:
 
 
 # --------------------------------------------------------------------------- who kills processes here
-def dmesg_oom_lines(pids: Iterable[int], timeout: float = 2.0) -> list:
-    """Kernel log lines that name one of ``pids`` as killed by the OOM killer (``[]`` if unreadable)."""
+def dmesg_oom_lines(pids: Iterable[int], timeout: float = 2.0, since: Optional[float] = None) -> list:
+    """Kernel log lines that name one of ``pids`` as killed by the OOM killer (``[]`` if unreadable).
+
+    ``since`` (a ``time.time()``): only lines the kernel stamped after it. A pid number is reused, and the
+    kernel log keeps the kills of the machine's whole uptime: a line about an earlier process with the same
+    number is not about this one (a soak of the lab's notebooks found such a line for a SIGKILL of its own).
+    """
     wanted = {int(p) for p in pids if p}
     if not wanted or not sys.platform.startswith("linux"):
         return []
@@ -273,23 +278,42 @@ def dmesg_oom_lines(pids: Iterable[int], timeout: float = 2.0) -> list:
         return []
     if done.returncode != 0:
         return []
+    return oom_lines_in(done.stdout, wanted, None if since is None else since - _boot_wall_time())
+
+
+def _boot_wall_time() -> float:
+    """When the machine booted, in ``time.time()`` terms: the zero of the kernel log's timestamps."""
+    with open("/proc/uptime", encoding="ascii") as fh:
+        return time.time() - float(fh.read().split()[0])
+
+
+_STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
+
+
+def oom_lines_in(text: str, wanted: set, since_boot: Optional[float] = None) -> list:
+    """The lines of a kernel log ``text`` that name a pid of ``wanted`` as OOM-killed; with ``since_boot``
+    (seconds since boot), only lines stamped at or after it (a line without a stamp cannot show it is)."""
     lines = []
-    for line in done.stdout.splitlines()[-2000:]:
+    for line in text.splitlines()[-2000:]:
         for m in re.finditer(r"(?:Killed process|oom-kill:.*?,pid=|task_memcg.*?pid=)\s*(\d+)", line):
             if int(m.group(1)) in wanted and ("oom" in line.lower() or "Killed process" in line):
+                stamp = _STAMP.match(line.strip())
+                if since_boot is not None and (stamp is None or float(stamp.group(1)) < since_boot):
+                    break
                 lines.append(line.strip())
                 break
     return lines
 
 
-def kernel_oom_record(pids: Iterable[int]) -> Optional[dict]:
-    """The kernel's record of an OOM kill of one of ``pids``, read now: dmesg lines naming the pid.
+def kernel_oom_record(pids: Iterable[int], since: Optional[float] = None) -> Optional[dict]:
+    """The kernel's record of an OOM kill of one of ``pids``, read now: dmesg lines naming the pid, stamped
+    after ``since`` where it is given (see :func:`dmesg_oom_lines`).
 
     (The counter of this process's own cgroup is not enough on its own: it counts kills of any process
     of the cgroup, at any time. The runner reads its run's child cgroup, which is specific.)
     """
     pids = list(pids)
-    lines = dmesg_oom_lines(pids)
+    lines = dmesg_oom_lines(pids, since=since)
     if lines:
         return {"source": "dmesg", "lines": lines[:3], "pids": pids}
     return None

@@ -247,7 +247,7 @@ def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> O
                 f"{limit / 2**20:.0f} MiB")
     if facts.kernel_record is not None and pid:
         try:
-            rec = facts.kernel_record([pid])
+            rec = facts.kernel_record([pid], since=facts.since)
         except Exception:  # noqa: BLE001 - a probe never breaks a diagnosis
             rec = None
         if rec:

@@ -129,7 +129,8 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
         chain = _last_printed_chain(text)
         origin = "the last traceback on the launch's stderr (no [rankN]: prefixes to tell ranks apart)"
     sub = _Facts(source="run", outcome="failed", returncode=code, stderr=own or facts.stderr,
-                 options=dict(facts.options), env=dict(facts.env), kernel_record=facts.kernel_record)
+                 options=dict(facts.options), env=dict(facts.env), kernel_record=facts.kernel_record,
+                 since=facts.since)
     sub.main_signal = -code if isinstance(code, int) and code < 0 else None
     sub.ended = chain
     sub.workers = [_Worker(pid, None) for pid in _worker_pids_named(chain)]
