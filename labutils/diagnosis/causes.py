@@ -427,6 +427,10 @@ TAUGHT = (
     ("ConnectionResetError / Connection closed by peer (gloo, NCCL) on a rank", "an echo (not a cause)",
      "A collective lost the peer that died: find the rank that failed first (@record gives each rank its own "
      "timestamped error file)", "12_distributed_torchrun"),
+    ("RuntimeError: Gloo connectFullMesh failed ... Connection refused, in init_process_group of a restarted "
+     "attempt (--max-restarts)", "not the loader: the restart's own connection race",
+     "torch 2.8+: TORCH_GLOO_LAZY_INIT=1 connects the ranks at their first collective; give "
+     "init_process_group a timeout so that a hung attempt fails", "12_distributed_torchrun"),
 )
 
 
