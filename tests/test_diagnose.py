@@ -218,13 +218,6 @@ PIECES = [
 ]
 
 
-def test_missing_main_guard_when_two_workers_print_inside_a_line():
-    d = explain(result(exceptions=died(101, "DataLoader worker (pid 101) exited unexpectedly with exit code 1. "
-                                            "Details are lost due to multiprocessing."),
-                       workers=workers(1, 1), stderr="\n".join(PIECES) + "\n"))
-    assert d.cause == "missing_main_guard", d.evidence
-
-
 # The same run, its lines cut up further (a row of carets is written a caret at a time): no traceback's last
 # line is its exception line, but the guard's message, one write, is whole (1 run in 6 of 30 here).
 CARETS = [
@@ -241,10 +234,11 @@ CARETS = [
 ]
 
 
-def test_missing_main_guard_when_two_workers_cut_each_others_lines_up():
+@pytest.mark.parametrize("lines", [PIECES, CARETS], ids=["inside_a_line", "carets"])
+def test_missing_main_guard_when_two_workers_cut_each_others_lines_up(lines):
     d = explain(result(exceptions=died(101, "DataLoader worker (pid 101) exited unexpectedly with exit code 1. "
                                             "Details are lost due to multiprocessing."),
-                       workers=workers(1, 1), stderr="\n".join(CARETS) + "\n"))
+                       workers=workers(1, 1), stderr="\n".join(lines) + "\n"))
     assert d.cause == "missing_main_guard", d.evidence
 
 
