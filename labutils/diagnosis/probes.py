@@ -278,13 +278,10 @@ def dmesg_oom_lines(pids: Iterable[int], timeout: float = 2.0, since: Optional[f
         return []
     if done.returncode != 0:
         return []
-    return oom_lines_in(done.stdout, wanted, None if since is None else since - _boot_wall_time())
+    from ..runner.procs import start_wall
 
-
-def _boot_wall_time() -> float:
-    """When the machine booted, in ``time.time()`` terms: the zero of the kernel log's timestamps."""
-    with open("/proc/uptime", encoding="ascii") as fh:
-        return time.time() - float(fh.read().split()[0])
+    boot = start_wall(0)  # when the machine booted, in time.time() terms: the zero of the log's stamps
+    return oom_lines_in(done.stdout, wanted, None if since is None else since - boot)
 
 
 _STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")

@@ -199,8 +199,8 @@ def _stderr_findings(facts: _Facts) -> list:
             cause = "cuda_in_worker"
         elif _PICKLE.search(text) and p.who in ("child_start", "feeder"):
             cause = "unpicklable_dataset"
-        elif _intact(facts.stderr) is not None:  # this traceback's lines were cut up by another's
-            cause, text = _intact(facts.stderr)
+        elif (whole := _intact(facts.stderr)) is not None:  # this traceback's lines were cut up by another's
+            cause, text = whole
         elif p.who == "child_start":
             cause = "worker_exit"
         if cause is None or (cause, text) in seen:
