@@ -323,7 +323,8 @@ _ENTRIES = [
         "CUDA was touched inside a DataLoader worker (or on a build without CUDA)", "02_spawn_and_pickling",
         fixes=(
             ("Keep workers on the CPU: return CPU tensors from __getitem__ and move each batch to the "
-             "device in the training loop (pin_memory=True, batch.to(device, non_blocking=True))", "02"),
+             "device in the training loop (pin_memory=torch.cuda.is_available(), batch.to(device, "
+             "non_blocking=True))", "02"),
             ("Pick the device once: device = 'cuda' if torch.cuda.is_available() else 'cpu'", "02"),
             ("If workers must touch CUDA, use multiprocessing_context='spawn' (CUDA cannot be used in a "
              "forked child)", "02"),

@@ -42,6 +42,12 @@ def _link(path: str) -> str:
     return f"[{name[:-6] if name.endswith('.ipynb') else name}]({name})"  # the file sits in notebooks/
 
 
+def _notebooks_of(cause) -> list:
+    """The cause's own notebook, then every other one that one of its fixes (or a variant's) names."""
+    fixes = list(cause.fix_list()) + [f for v in cause.variants for f in cause.fix_list(v)]
+    return list(dict.fromkeys([cause.notebook, *(f.notebook for f in fixes)]))
+
+
 def cheatsheet_markdown() -> str:
     """The whole cheat sheet (ends with a newline)."""
     lines = [
@@ -59,9 +65,11 @@ def cheatsheet_markdown() -> str:
     for msg, cause, fix, path in rows:
         said = f"`{cause}`" if " " not in cause else cause
         lines.append(f"| {_cell(msg, code=True)} | {said} | {_cell(fix)} | {_link(path)} |")
-    lines += ["", "## Every cause the diagnosis can name", "", "| cause | what happened | notebook |", "|---|---|---|"]
+    lines += ["", "## Every cause the diagnosis can name", "",
+              "| cause | what happened | notebooks (its own first) |", "|---|---|---|"]
     for cause in CATALOGUE.values():
-        lines.append(f"| `{cause.id}` | {_cell(cause.title)} | {_link('notebooks/' + cause.notebook + '.ipynb')} |")
+        links = ", ".join(_link(f"notebooks/{stem}.ipynb") for stem in _notebooks_of(cause))
+        lines.append(f"| `{cause.id}` | {_cell(cause.title)} | {links} |")
     return "\n".join(lines) + "\n"
 
 

@@ -69,7 +69,7 @@ if __name__ == "__main__":
     preload_forkserver()  # worker start-up is not measured here; under forkserver it takes milliseconds
     data = Manifest.load(sys.argv[1])
     files = [str(data.path_of(e)) for e in data.good()]
-    cpus = os.cpu_count()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # may run on
     sweep, bare = [], None
     # workers first: a forked worker that raises its thread count after the main process has run
     # parallel torch code can deadlock in OpenMP (pytorch issue 45198), so the main process stays idle

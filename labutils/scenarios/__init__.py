@@ -11,7 +11,7 @@ and one entry here.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 __all__ = ["KNOBS", "LAUNCH_SCENARIOS", "LOADER_KNOBS", "RunOptions", "SCENARIOS", "SCENARIO_DIR", "Scenario",
@@ -81,13 +81,24 @@ class Scenario:
     #: the role of the process whose failure decides the cause ("main", "child", "worker"), where the scenario
     #: is about which process failed (the launcher scenarios); "" where any is right
     failing: str = ""
+    #: where not 0: the memory budgets were sized on torch's CPU wheel for a run with this many workers, and
+    #: :meth:`options` adds what this build's ``import torch`` costs beyond it per process that imports
+    #: torch itself (:func:`labutils.kit.budget.sized_budget`, for the run's start method)
+    budget_workers: int = 0
 
     def path(self, which: str) -> str:
         """Absolute path of the ``"broken"`` or ``"fixed"`` script."""
         return os.path.join(SCENARIO_DIR, getattr(self, _which(which)))
 
     def options(self, which: str) -> RunOptions:
-        return self.broken_options if _which(which) == "broken" else self.fixed_options
+        """The run limits of one version; a budget sized on the CPU wheel comes sized for this build."""
+        opts = self.broken_options if _which(which) == "broken" else self.fixed_options
+        if self.budget_workers and opts.memory_budget:
+            from ..kit.budget import sized_budget
+
+            opts = replace(opts, memory_budget=sized_budget(opts.memory_budget, opts.start_method,
+                                                            self.budget_workers))
+        return opts
 
 
 def _which(which: str) -> str:
@@ -120,7 +131,10 @@ SCENARIOS: dict = {s.id: s for s in [
              "oom_killed_broken.py", "oom_killed_fixed.py", "oom_killed", "04_memory_and_oom",
              RunOptions(timeout=90, memory_budget="800M"), RunOptions(timeout=90, memory_budget="800M"),
              note="the run's memory limit kills over budget, as the kernel OOM killer would; each worker "
-                  "caches what it has read (400 MiB of images in all), so the total grows with num_workers",
+                  "caches what it has read (400 MiB of images in all), so the total grows with num_workers; "
+                  "on a torch build whose import costs more than the CPU wheel's (CUDA), the budget grows by "
+                  "the difference for each process that imports torch",
+             budget_workers=2,
              knobs=("start_method", "timeout", "memory_budget", "num_workers", "batch_size",
                     "persistent_workers")),
     Scenario("shm_exhausted", "12 MiB float batches through an 8 MiB /dev/shm",
