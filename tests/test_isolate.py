@@ -242,6 +242,39 @@ def test_notebook_main_hides_main_from_spawn_children():
     assert "Can't get attribute 'D' on <module '__main__'" in r.stderr
 
 
+MAIN_CLASS_BATCHES = textwrap.dedent("""
+    import sys
+
+    from torch.utils.data import DataLoader
+
+    import labutils
+
+
+    class Batch(list):  # defined in the script: spawn and forkserver workers pickle it as __mp_main__.Batch
+        pass
+
+
+    if __name__ == "__main__":
+        got = [(type(b).__name__, list(b)) for b in DataLoader(list(range(6)), batch_size=3, num_workers=2,
+                                                                  collate_fn=Batch)]
+        labutils.emit(got=got, mp_main_is_main=sys.modules["__mp_main__"] is sys.modules["__main__"])
+""")
+
+
+@pytest.mark.parametrize("launcher", ["cold", "warm"])
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_script_gets_back_objects_of_its_own_classes_from_workers(tmp_path, method, launcher):
+    # as under `python script.py`: the parent unpickles the worker's __mp_main__.Batch (before the script ran
+    # as __main__ and __mp_main__ still named the bootstrap: "Can't get attribute 'Batch' on <module
+    # '__main__' from .../bootstrap.py>", raised where plain python raises nothing)
+    script = tmp_path / "own_class.py"
+    script.write_text(MAIN_CLASS_BATCHES)
+    r = run_isolated(file=script, start_method=method, launcher=launcher, timeout=90)
+    assert r.ok, (r.cause, r.stderr[-2000:])
+    assert r.values == {"got": [["Batch", [0, 1, 2]], ["Batch", [3, 4, 5]]], "mp_main_is_main": True}, r.values
+    assert r.loader_events[0]["start_method"] == method
+
+
 def test_func_mode_returns_value(tmp_path, monkeypatch):
     (tmp_path / "labmod_demo.py").write_text("def f(a, b=1):\n    return {'sum': a + b}\n")
     monkeypatch.chdir(tmp_path)

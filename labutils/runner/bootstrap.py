@@ -396,6 +396,28 @@ def main() -> int:
     return code
 
 
+def _run_as_main(path: str) -> dict:
+    """Run the file at ``path`` as ``python path`` does: its module is ``__main__`` and, as multiprocessing
+    makes it on import, ``__mp_main__`` too. The second name matters under spawn and forkserver: a worker
+    runs the script as ``__mp_main__``, so an object of a class the script defines comes back to this
+    process pickled under that name (``runpy.run_path`` would leave ``__mp_main__`` naming this bootstrap,
+    and unpickling it would fail with "Can't get attribute", as it never does under plain python)."""
+    import runpy
+
+    if not os.path.isfile(path):  # a folder or a zip file with a __main__.py: runpy finds it
+        return runpy.run_path(path, run_name="__main__")
+    import types
+
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__=None, __spec__=None,
+                           __builtins__=__builtins__)
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+    with open(path, "rb") as fh:
+        source = fh.read()  # bytes: compile() honours a BOM or a coding cookie as python does
+    exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - the learner's script, as python runs it
+    return module.__dict__
+
+
 def _run_target(cfg: dict) -> tuple:
     """Run the learner's code as the config asks; ``(exit code, its namespace or None)``."""
     mode = cfg["mode"]
@@ -406,9 +428,7 @@ def _run_target(cfg: dict) -> tuple:
             path = cfg["path"]
             sys.argv = [path, *cfg.get("argv", [])]
             sys.path[0] = os.path.dirname(os.path.abspath(path))
-            import runpy
-
-            namespace = runpy.run_path(path, run_name="__main__")
+            namespace = _run_as_main(path)
         elif mode == "func":
             import importlib
 
