@@ -165,10 +165,14 @@ def test_challenges_stay_locked_until_their_case_is_revealed_then_score(tmp_path
     ui = LabUI(learner="ada")
     ui.challenge.value = "fd_nofile"
     case = ui.deal.case_of("fd_limit")
-    assert ui.challenge_text.value.startswith(f"Locked: reveal {case} first")
-    assert "nofile" not in ui.challenge_text.value and "open files" not in ui.challenge_text.value
+    locked = {c: (setattr(ui.challenge, "value", c), ui.challenge_text.value)[1] for c in challenges.CHALLENGES}
+    assert len(set(locked.values())) == 1, locked  # the same words for every locked challenge: none names its case
+    assert locked["fd_nofile"].startswith("Locked") and "Case" not in locked["fd_nofile"], locked
+    assert "nofile" not in locked["fd_nofile"] and "open files" not in locked["fd_nofile"]
+    ui.challenge.value = "fd_nofile"
     ui.scenario.value = case
     assert ui.try_challenge() is None and ui.sheet.attempts == []
+    assert "Locked" in ui.status.value and case not in ui.status.value, ui.status.value
     ui.revealed.add("fd_limit")
     ui._refresh()
     ui.nofile.value = "64"

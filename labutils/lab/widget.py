@@ -56,6 +56,11 @@ def script_diff_html(broken_path: str, fixed_path: str) -> str:
     return f"<pre class='lab-diff' style='font-size:85%;line-height:1.3'>{body}</pre>"
 
 
+#: what a locked challenge says: which case it is about, or its target, would name that case's cause
+_LOCKED = ("Locked: a challenge opens once you have revealed the case it is about. Play the cases: predict, run, "
+           "reveal.")
+
+
 def _red(text: str) -> str:
     return f"<span style='color:#cf222e'>{html.escape(text)}</span>"
 
@@ -450,10 +455,10 @@ class LabUI:
         if ch is None or ch.scenario not in self.scenarios:
             self.challenge_text.value = ""
             return
-        case = self._challenge_case(ch)
-        if self.mystery and ch.scenario not in self.revealed:
-            self.challenge_text.value = f"Locked: reveal {case} first (this challenge is about it)."
+        if self.mystery and ch.scenario not in self.revealed:  # neither the case nor the target: either names it
+            self.challenge_text.value = _LOCKED
             return
+        case = self._challenge_case(ch)
         lack = missing_capability(ch)
         self.challenge_text.value = html.escape(ch.describe(case)) + (f"<br>{_red(lack)}" if lack else "") + (
             f"<br>Open {case} in the {self.tabs.titles[0]} tab, set the knobs, then press <b>Try</b>.")
@@ -463,9 +468,12 @@ class LabUI:
         if ch is None:
             self.status.value = "pick a challenge first"
             return None
+        if self.mystery and ch.scenario not in self.revealed:
+            self.status.value = _red(_LOCKED)
+            return None
         case = self._challenge_case(ch)
         lack = missing_capability(ch)
-        if (self.mystery and ch.scenario not in self.revealed) or lack or self.current.id != ch.scenario:
+        if lack or self.current.id != ch.scenario:
             where = f"open {case} in the {self.tabs.titles[0]} tab (revealed) to try this challenge"
             self.status.value = _red(lack or where)
             return None
