@@ -404,6 +404,21 @@ TAUGHT = (
      "Only a warning: PyTorch switched pinning off. Set it from the machine: "
      "pin_memory=torch.cuda.is_available() (not torch.accelerator: on Apple MPS it is True and the DataLoader "
      "still warns)", "10_production_loader"),
+    ("UserWarning: 'pin_memory' argument is set as true but not supported on MPS now, device pinned memory won't "
+     "be used.", "ok",
+     "Only a warning (Apple MPS, read in torch's source, not run: the lab has no Mac): torch.accelerator says "
+     "an accelerator is there, yet the DataLoader switches pinning off; pin_memory=torch.cuda.is_available() "
+     "leaves it off without the warning", "11_cuda_and_accelerators"),
+    ("UserWarning: This DataLoader will create N worker processes in total. Our suggested max number of worker in "
+     "current system is M, which is smaller than what this DataLoader is going to create.", "ok",
+     "Only a warning: M is the CPUs this process may use (os.sched_getaffinity where it exists), and more "
+     "workers than that take turns on them. Use at most M workers (fewer if the main process needs a CPU), "
+     "then measure samples/s against num_workers", "10_production_loader"),
+    ("RuntimeError: Caught RuntimeError in DataLoader worker process 0 ... stack expects each tensor to be equal "
+     "size, but got [3, 224, 224] at entry 0 and [...] at entry N", "worker_exception",
+     "default_collate stacks a batch's samples and one of them has another shape (a file that loads but is not "
+     "what the others are): check the shape in __getitem__ and raise naming the file (then quarantine it), or "
+     "resize in the transform; data of varying size needs a collate_fn that pads", "10_production_loader"),
     ("RuntimeError: Caught RuntimeError in pin memory thread for device 0.", "worker_exception",
      "The pin-memory thread in the main process failed on a batch: its inner traceback names the batch type "
      "whose pin_memory() raised; return tensors (or types with a working pin_memory())",
@@ -425,6 +440,16 @@ TAUGHT = (
      "an echo (not a cause)",
      "torchrun stopped the other ranks after the first failure: look for the rank that failed first, not "
      "these", "12_distributed_torchrun"),
+    ("traceback : Signal 15 (SIGTERM) received by PID N (a rank's entry in the Root Cause block)",
+     "an echo (not a cause)",
+     "torchrun writes this for a rank it stopped with SIGTERM (exitcode : -15; a signal leaves no error file): "
+     "that rank did not fail. Read the entry with a positive exitcode, then that rank's [rankN]: traceback",
+     "12_distributed_torchrun"),
+    ("ERROR: Unexpected segmentation fault encountered in worker.", "native_crash",
+     "A worker's last line, printed by torch's signal handler as it dies (under torchrun without the [rankN]: "
+     "prefix: a worker is not the rank's main process); its rank then raises 'is killed by signal: "
+     "Segmentation fault.'. Enable faulthandler in workers to see the call; quarantine the sample that crashes",
+     "12_distributed_torchrun"),
     ("ConnectionResetError / Connection closed by peer (gloo, NCCL) on a rank", "an echo (not a cause)",
      "A collective lost the peer that died: find the rank that failed first (@record gives each rank its own "
      "timestamped error file)", "12_distributed_torchrun"),
