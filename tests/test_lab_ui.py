@@ -127,6 +127,24 @@ def test_a_prediction_made_before_the_run_reveals_at_its_end_and_is_scored_once(
     assert len(ui.answers) == 1 and "not scored" in ui.verdict.value
 
 
+def test_a_number_predicted_for_a_revealed_case_with_its_knobs_turned_is_on_the_sheet(tmp_path):
+    ui = LabUI(learner="ada")
+    ui.scenario.value = case = ui.deal.case_of("fd_limit")
+    ui.revealed.add("fd_limit")
+    ui._refresh()
+    ui.nofile.value = "96"  # a lower wall than the case's own: fewer batches before it
+    ui.guess_batches.value = "30"
+    result = ui.run()
+    assert result.cause == "fd_limit" and ui.answers == [], "no cause predicted: nothing scored"
+    (n,) = ui.sheet.numbers
+    assert (n.case, n.predicted, n.predicted_batches, n.knobs) == (case, "", 30, "nofile=96"), n
+    assert n.observed_batches is not None and n.observed_batches >= 1, n
+    assert "numbers recorded" in ui.verdict.value and "Numbers" in ui.score.value
+    rows = list(csv.DictReader(open(ui.export_answers(str(tmp_path / "s.csv")), newline="")))
+    assert [(r["kind"], r["knobs"]) for r in rows] == [("number", "nofile=96")], rows
+    assert json.loads(open(ui.export_answers(str(tmp_path / "s.json"))).read())["numbers"][0]["knobs"] == "nofile=96"
+
+
 def test_reveal_without_a_run_says_what_to_do():
     ui = LabUI()
     ui.prediction.value = "ok"

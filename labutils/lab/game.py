@@ -150,6 +150,7 @@ class Answer:
     observed_shm_mib: Optional[float] = None
     notebook: str = ""
     revealed: bool = False
+    knobs: str = ""  # a number predicted after the reveal: the knobs changed from the case's own ("k=v, ...")
     time: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
@@ -164,7 +165,7 @@ def reveal_html(answer: Answer, scenario, diagnosis) -> str:
     """The reveal: right or not, the cause, the evidence that decided it, numbers, the lesson to read."""
     right = answer.correct
     mark = ("<b style='color:#1a7f37'>right</b>" if right
-            else "<b style='color:#cf222e'>not this time</b>")
+            else "<b style='color:#cf222e'>not this time</b>" if answer.predicted else "no cause predicted")
     evidence = "".join(f"<li>{html.escape(str(e))}</li>" for e in list(diagnosis.evidence)[:4])
     rows = ""
     for what, p, o in (("batches delivered", answer.predicted_batches, answer.observed_batches),
@@ -188,6 +189,7 @@ class ClassSheet:
 
     def __init__(self):
         self.answers: list = []
+        self.numbers: list = []  # numbers predicted for a revealed case's run with its knobs turned (Answers)
         self.attempts: list = []  # challenge attempts (dicts, see labutils.lab.challenges)
 
     @property
@@ -214,8 +216,9 @@ class ClassSheet:
         return best
 
     def rows(self) -> list:
-        """Every record, one dict each: ``kind`` is ``prediction`` or ``challenge``."""
+        """Every record, one dict each: ``kind`` is ``prediction``, ``number`` or ``challenge``."""
         out = [dict(asdict(a), kind="prediction") for a in self.answers]
+        out += [dict(asdict(a), kind="number") for a in self.numbers]
         out += [dict(a, kind="challenge") for a in self.attempts]
         return out
 
@@ -223,7 +226,8 @@ class ClassSheet:
         """Write the sheet to ``path``: ``.json`` (predictions, challenge attempts, best scores) or CSV."""
         path = os.path.abspath(os.path.expanduser(path))
         if path.endswith(".json"):
-            data = {"predictions": [asdict(a) for a in self.answers], "challenges": self.attempts,
+            data = {"predictions": [asdict(a) for a in self.answers], "numbers": [asdict(a) for a in self.numbers],
+                    "challenges": self.attempts,
                     "best": [dict(v) for v in self.best_scores().values()]}
             with open(path, "w", encoding="utf-8") as fh:
                 json.dump(data, fh, indent=2)
@@ -248,6 +252,14 @@ class ClassSheet:
         table = ("<table><tr><th>name</th><th>case</th><th>cause</th><th>right</th>"
                  "<th>batches (you / seen)</th><th>/dev/shm MiB (you / seen)</th></tr>" + rows + "</table>"
                  if rows else "")
+        numbers = "".join(
+            f"<tr><td>{html.escape(a.learner)}</td><td>{html.escape(a.case)}</td><td>{html.escape(a.knobs)}</td>"
+            f"<td>{_num(a.predicted_batches)} / {_num(a.observed_batches)}</td>"
+            f"<td>{_num(a.predicted_shm_mib)} / {_num(a.observed_shm_mib)}</td></tr>" for a in self.numbers)
+        if numbers:
+            table += ("<br><b>Numbers</b> (predicted for a revealed case, knobs turned)<table><tr><th>name</th>"
+                      "<th>case</th><th>knobs</th><th>batches (you / seen)</th><th>/dev/shm MiB (you / seen)</th>"
+                      "</tr>" + numbers + "</table>")
         best = self.best_scores()
         scores = "".join(
             f"<tr><td>{html.escape(k[0])}</td><td>{html.escape(k[1])}</td><td>{_num(v['score'])}</td></tr>"

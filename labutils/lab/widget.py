@@ -311,12 +311,12 @@ class LabUI:
         self.verdict.value = ""
 
     def _guess(self) -> Optional[dict]:
-        """The learner's prediction as recorded now (None without one); bad numbers raise ValueError."""
-        if not self.prediction.value:
-            return None
-        return {"predicted": self.prediction.value,
-                "predicted_batches": game.parse_number(self.guess_batches.value, "Batches delivered"),
-                "predicted_shm_mib": game.parse_number(self.guess_shm.value, "/dev/shm peak (MiB)")}
+        """The learner's prediction as recorded now: a cause, numbers or both (None without any); bad numbers
+        raise ValueError."""
+        guess = {"predicted": self.prediction.value or "",
+                 "predicted_batches": game.parse_number(self.guess_batches.value, "Batches delivered"),
+                 "predicted_shm_mib": game.parse_number(self.guess_shm.value, "/dev/shm peak (MiB)")}
+        return guess if any(v not in ("", None) for v in guess.values()) else None
 
     def _run(self) -> Optional[RunResult]:
         sc, which, case, hidden = self.current, self.which.value, self.case, self.hidden
@@ -338,7 +338,7 @@ class LabUI:
         self.last = result
         numbers = game.observed_numbers(result, rec.snapshot())
         self.pending = {"case": case, "scenario": sc.id, "result": result, "numbers": numbers, "seen": False}
-        if hidden and guess is None:
+        if hidden and not (guess or {}).get("predicted"):  # a hidden case is revealed only with a cause predicted
             tail = "\n".join(result.stderr.strip().splitlines()[-12:])
             self.printed.append_stdout(f"what {case} printed last (stderr):\n{tail or '(nothing)'}\n")
             self.pending["seen"] = True
@@ -367,7 +367,9 @@ class LabUI:
     def _reveal(self, guess: Optional[dict]) -> None:
         p, sc = self.pending, self.scenarios[self.pending["scenario"]]
         result = p["result"]
-        scored = guess is not None and sc.id not in self.revealed
+        scored = bool(guess and guess["predicted"]) and sc.id not in self.revealed
+        numbers_only = not scored and guess is not None and sc.id in self.revealed and (
+            guess["predicted_batches"] is not None or guess["predicted_shm_mib"] is not None)
         answer = game.Answer(learner=self.learner.value.strip(), case=p["case"], **(guess or {"predicted": ""}))
         answer.scenario, answer.diagnosed, answer.revealed = sc.id, result.diagnosis.cause, True
         answer.correct = guess is not None and guess["predicted"] == result.diagnosis.cause
@@ -376,10 +378,16 @@ class LabUI:
         if scored:
             self.sheet.answers.append(answer)
             self.prediction.value = ""
+        elif numbers_only:  # predicted against observed for this run's knobs, on the sheet apart from the game
+            defaults = self._defaults
+            answer.knobs = ", ".join(f"{k}={v}" for k, v in self.settings().items() if defaults.get(k) != v)
+            answer.knobs = answer.knobs or "the case's own"
+            self.sheet.numbers.append(answer)
         self.revealed.add(sc.id)
         self.pending = None
         self.reveal_button.disabled = True
-        note = "" if scored else "<br><i>(not scored: no prediction, or the case was already revealed)</i>"
+        note = ("" if scored else "<br><i>(numbers recorded on the Class sheet, predicted against observed)</i>"
+                if numbers_only else "<br><i>(not scored: no prediction, or the case was already revealed)</i>")
         self.verdict.value = game.reveal_html(answer, sc, result.diagnosis) + note
         self.status.value = (f"{html.escape(p['case'])} ({html.escape(sc.id)}): <b>{result.outcome}</b>, cause "
                              f"<code>{html.escape(result.cause)}</code> (expected for the broken run: "
@@ -517,8 +525,9 @@ class LabUI:
         except OSError as exc:
             self.status.value = _red(f"export failed: {exc}")
             return
-        self.status.value = (f"{len(self.sheet.answers)} predictions and {len(self.sheet.attempts)} challenge "
-                             f"attempts written to <code>{html.escape(where)}</code>")
+        sheet = self.sheet
+        self.status.value = (f"{len(sheet.answers)} predictions, {len(sheet.numbers)} numbers and "
+                             f"{len(sheet.attempts)} challenge attempts written to <code>{html.escape(where)}</code>")
 
 
 def lab(scenario: Optional[str] = None, which: str = "broken", mystery: bool = True, learner: str = ""):
