@@ -269,6 +269,65 @@ def test_other_fatal_signals_are_native_crashes(sig):
     assert d.cause == "native_crash"
 
 
+# A spawned worker that the loader's shutdown stops can abort in its interpreter's exit (Python 3.11: its
+# queue feeder thread, a daemon, is ended with pthread_exit inside torch). CI once had it in notebook 04's
+# OOM run: the other worker was the kernel's victim, named by PyTorch, and this SIGABRT came 0.16 s later.
+KILLED = "DataLoader worker (pid 101) is killed by signal: Killed. "
+ABORT_LINE = "terminate called without an active exception\n"
+
+
+def oom_then_abort(exceptions, events=(), error_t=None, abort_code=-6, event="error"):
+    kernel = {"enforced_by": "kernel", "limit": 2**30, "mechanism": "cgroup v1 child",
+              "kernel_record": {"oom_kill": 1, "killed_pids": [101], "killed_pids_from": "dmesg"}}
+    procs = [ProcessInfo(pid=100, role="dataloader_worker", exitcode=abort_code),
+             ProcessInfo(pid=101, role="dataloader_worker", exitcode=-9, killed_by_kernel_oom=True)]
+    loader = [dict(ITER, start_method="spawn")]
+    if error_t is not None:
+        loader.append({"event": event, "t": error_t, "chain": [
+            {"type": e.type, "message": e.message, "link": e.link} for e in exceptions]})
+    return result(exceptions=exceptions, workers=procs, memory_limit=kernel, stderr=ABORT_LINE,
+                  events=[{"t": t, "pid": pid, "signal": sig} for t, pid, sig in events], loader_events=loader)
+
+
+def test_a_worker_aborting_at_shutdown_after_the_oom_kill_does_not_hide_it():
+    # what CI recorded: PyTorch's list of the dead workers, made when it raised, leaves the aborted one out
+    d = explain(oom_then_abort(died(101, KILLED), events=[(10.080, 101, 9), (10.236, 100, 6)], error_t=10.076))
+    assert d.cause == "oom_killed" and d.confidence == "high", (d.cause, d.evidence)
+    assert "kernel's OOM killer" in d.summary
+    after = [e for e in d.evidence if "pid 100" in e and "after the failure" in e]
+    assert after and "terminate called" in after[0] and after[0].startswith("echo of the failure above"), d.evidence
+    assert "worker pid 100: killed by SIGABRT (after the failure: while the DataLoader shut its workers down)" \
+        in d.evidence
+
+
+def test_a_later_native_death_needs_the_runners_times_when_pytorch_names_one_worker():
+    # the handler's message alone names only the worker it found: the runner's times must show the other
+    # worker still alive after that death and after the raise (CI's second shape here: the handler raised
+    # in the main process, recorded as "sigchld_error", and the abort came 0.05 s after the victim)
+    chain = [ExceptionInfo("RuntimeError", KILLED)]
+    for event in ("sigchld_error", "error"):
+        later = explain(oom_then_abort(chain, events=[(10.528, 101, 9), (10.580, 100, 6)], error_t=10.504,
+                                       event=event))
+        assert later.cause == "oom_killed" and later.confidence == "high", later.evidence
+        assert any("0.05 s after pid(s) 101, and after the error was raised" in e for e in later.evidence)
+    for events, error_t in (([(10.080, 101, 9), (10.080, 100, 6)], 10.076),  # the same tick: no order
+                            ([(10.030, 100, 6), (10.080, 101, 9)], 10.076),  # it died first
+                            ([(10.080, 101, 9), (10.236, 100, 6)], 10.300),  # before the error was raised
+                            ([], None)):  # no times at all
+        d = explain(oom_then_abort(chain, events=events, error_t=error_t))
+        assert d.cause == "native_crash", (events, error_t, d.evidence)
+
+
+@pytest.mark.parametrize("sig", [6, 11])
+def test_a_native_crash_pytorch_names_is_the_cause_whatever_died_after_it(sig):
+    message = "Aborted" if sig == 6 else "Segmentation fault"
+    chain = died(100, f"DataLoader worker (pid 100) is killed by signal: {message}.")
+    d = explain(oom_then_abort(chain, events=[(10.0, 100, sig), (10.3, 101, 9)], error_t=10.01, abort_code=-sig))
+    assert d.cause == "native_crash" and not any("after the failure" in e for e in d.evidence), d.evidence
+    both = explain(oom_then_abort(died("101, 100"), events=[(10.0, 100, sig), (10.0, 101, 9)], abort_code=-sig))
+    assert both.cause == "native_crash", both.evidence  # dead when PyTorch raised: it may be the reason
+
+
 def test_oom_killed_by_watchdog():
     kills = [{"pid": 100, "rss": 450 * 2**20, "budget": 400 * 2**20, "t": 1.0, "main": False}]
     d = explain(result(exceptions=died(100, "DataLoader worker (pid 100) is killed by signal: Killed."),

@@ -41,6 +41,7 @@ __all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOO
 from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
 from .decide import _decide, _summary
 from .evidence import (
+    _NATIVE_SIGNALS,
     _batches,
     _Exc,
     _Facts,
@@ -55,7 +56,7 @@ from .evidence import (
     worker_death_kind,
 )
 from .model import Diagnosis, _fixes, environment_probes
-from .rules import _stack_lines, _unexplained, kernel_killed
+from .rules import _stack_lines, _unexplained, after_the_failure, kernel_killed
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import build_tree
 
@@ -172,6 +173,8 @@ def _status_lines(facts: _Facts) -> list:
                 state += " (by: kernel_oom" + (", named in the kernel log)" if named else ")")
             elif w.watchdog:
                 state += " (by: the lab's memory watchdog)"
+            elif -w.exitcode in _NATIVE_SIGNALS and after_the_failure(facts, w):
+                state += " (after the failure: while the DataLoader shut its workers down)"
         else:
             state = f"exit code {w.exitcode}"
         role = "worker" if w.role == "dataloader_worker" else "child process"

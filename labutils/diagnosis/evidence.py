@@ -104,6 +104,8 @@ class _Worker:
     watchdog: bool = False
     kernel_oom: bool = False
     peak_rss: Optional[int] = None
+    #: when the runner saw it end (time.time() of the monitor's tick, so at or after its death); None if unseen
+    t: Optional[float] = None
 
 
 @dataclass
@@ -150,6 +152,7 @@ class _Facts:
     env: dict = field(default_factory=dict)
     kernel_record: Any = None  # callable(pids, since=) -> dict|None, read only when a SIGKILL needs it
     since: Optional[float] = None  # a run's start (time.time()): older kernel log lines are not about it
+    raised: list = field(default_factory=list)  # time.time() of each loader error the bootstrap recorded
 
 
 # --------------------------------------------------------------------------- message patterns
@@ -312,6 +315,8 @@ def _facts_from_result(result) -> _Facts:
                           origin, ev.get("t")) for c in ev["chain"]]
             facts.loader_errors.append(chain)
     facts.iters = [ev for ev in events if ev.get("event") == "iter"]
+    facts.raised = [ev["t"] for ev in events if ev.get("event") in ("error", "init_error", "sigchld_error")
+                    and isinstance(ev.get("t"), (int, float))]
     progress = [ev for ev in events if ev.get("event") == "progress" and isinstance(ev.get("batches"), int)]
     extra = getattr(result, "progress", None)
     if isinstance(extra, (list, tuple)):
@@ -323,9 +328,14 @@ def _facts_from_result(result) -> _Facts:
     if isinstance(extra, int):
         per_iter = {None: extra}
     facts.batches = sum(per_iter.values()) if per_iter else None
+    ended_at: dict = {}
+    for ev in getattr(result, "events", None) or []:  # the monitor's record of each death, in order
+        if isinstance(ev, dict) and isinstance(ev.get("t"), (int, float)):
+            ended_at.setdefault(ev.get("pid"), ev["t"])
     for w in result.workers:
         facts.workers.append(_Worker(w.pid, w.exitcode, w.role, bool(w.killed_by_watchdog),
-                                     bool(getattr(w, "killed_by_kernel_oom", False)), w.peak_rss))
+                                     bool(getattr(w, "killed_by_kernel_oom", False)), w.peak_rss,
+                                     ended_at.get(w.pid)))
     facts.memory_limit = getattr(result, "memory_limit", None)
     facts.stall = getattr(result, "stall", None)
     facts.stacks = dict(getattr(result, "stacks", None) or {})

@@ -45,6 +45,7 @@ from .evidence import (
     _short,
     _signame,
     _through_loader,
+    _worker_pids_named,
     worker_death_kind,
 )
 
@@ -281,6 +282,50 @@ def kernel_killed(facts: _Facts) -> tuple:
     return set(), False
 
 
+#: what a spawned worker prints when its interpreter's exit aborts it (see :func:`after_the_failure`)
+_TERMINATE = "terminate called without an active exception"
+
+
+def after_the_failure(facts: _Facts, w) -> Optional[str]:
+    """Why the native crash of worker ``w`` came after the loader's failure and is not its reason, or None.
+
+    The failure (the error that ended the script, else the last one the loader raised) names other workers,
+    dead. ``w`` is not among them, and the record shows it was still alive when they died: PyTorch's
+    ``exited unexpectedly (pid(s) ...)``, made from every worker's ``is_alive()`` at the raise, leaves it
+    out; or the runner saw it end in a later tick than each worker named, and after the error was raised
+    (where the bootstrap recorded when). Such a worker died while the loader shut its workers down.
+
+    Seen here: a spawned worker whose interpreter exit aborts (SIGABRT, ``terminate called without an active
+    exception``) while its queue feeder thread, a daemon, is inside torch with the GIL released (Python 3.11
+    ends such a thread with ``pthread_exit``, which cannot unwind through torch's C++ frames)."""
+    chains = [facts.ended] if facts.ended else facts.loader_errors[-1:]  # the failure: what ended the script
+    named = {p for c in chains for p in _worker_pids_named(c)}
+    if w.pid is None or not named or w.pid in named:
+        return None
+    dead = [x for x in facts.workers if x.pid in named and x.exitcode not in (None, 0)]
+    if not dead:
+        return None
+    them = ", ".join(str(x.pid) for x in dead)
+    listed = [e for c in chains for e in c if _DIED.match(e.head)]
+    if listed:
+        return (f"PyTorch's list of the workers dead when it raised, pid(s) {them}, leaves it out: it was "
+                "alive then")
+    seen = [x.t for x in dead]
+    if w.t is None or None in seen or w.t <= max(seen) or (facts.raised and w.t <= min(facts.raised)):
+        return None
+    return (f"the runner saw it end {w.t - max(seen):.2f} s after pid(s) {them}"
+            + (", and after the error was raised" if facts.raised else ""))
+
+
+def _after_finding(facts: _Facts, w, text: str, why: str) -> _Finding:
+    said = f"{text} after the failure ({why}): it died while the DataLoader shut its workers down"
+    if -w.exitcode == 6 and _TERMINATE in facts.stderr:
+        said += (f" - '{_TERMINATE}' on stderr: how a spawned worker's interpreter exit aborts when its queue "
+                 "feeder thread is still inside torch")
+    return _Finding("_after_failure", said + "; a consequence, not the reason the run failed", "low",
+                    detail=str(-w.exitcode), echo=True, pid=w.pid)
+
+
 _OTHER_SIGKILL = ("a `kill -9`, a scheduler's preemption (SLURM, Kubernetes), `timeout -s KILL`, the "
                   "kernel OOM killer")
 
@@ -307,6 +352,8 @@ def _worker_findings(facts: _Facts) -> list:
                 found.append(_Finding("worker_exit", f"{text} (SIGTERM: sent from outside the worker, or by the "
                                       "DataLoader's own shutdown of a worker that did not stop)", "low",
                                       variant="sigterm", detail="15"))
+            elif sig in _NATIVE_SIGNALS and (why := after_the_failure(facts, w)):
+                found.append(_after_finding(facts, w, text, why))
             else:
                 found.append(_Finding(cause, text, "high", detail=str(sig)))
         elif w.exitcode == 1:  # what Python exits with after an uncaught exception: a traceback is missing
