@@ -440,6 +440,11 @@ TAUGHT = (
      "an echo (not a cause)",
      "torchrun stopped the other ranks after the first failure: look for the rank that failed first, not "
      "these", "12_distributed_torchrun"),
+    ("terminate called without an active exception, and a worker killed by SIGABRT after another worker's "
+     "death (spawn)", "an echo (not a cause)",
+     "A spawned worker's interpreter exit aborted while its queue feeder thread was inside torch, as the "
+     "DataLoader shut its workers down after the real failure: diagnose the worker that died first",
+     "04_memory_and_oom"),
     ("traceback : Signal 15 (SIGTERM) received by PID N (a rank's entry in the Root Cause block)",
      "an echo (not a cause)",
      "torchrun writes this for a rank it stopped with SIGTERM (exitcode : -15; a signal leaves no error file): "
