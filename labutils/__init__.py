@@ -19,7 +19,7 @@ import sys
 
 from . import lab
 from .diagnosis.diagnose import Diagnosis, Fix, explain
-from .diagnosis.doctor import CheckResult, DoctorReport, doctor, shm_budget
+from .diagnosis.pickling import Blocker, find_unpicklable, format_blockers
 from .kit import measure, triage
 from .kit.fixes import (
     LazyFile,
@@ -33,7 +33,7 @@ from .kit.fixes import (
     make_worker_init,
     worker_init_seed_and_faulthandler,
 )
-from .kit.pickling import Blocker, find_unpicklable, format_blockers
+from .machine.doctor import CheckResult, DoctorReport, doctor, shm_budget
 from .runner import startmethod
 from .runner import startmethod as _startmethod
 from .runner.channel import emit

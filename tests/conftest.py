@@ -13,7 +13,9 @@ import pickle
 
 import pytest
 
-pytest_plugins = ["pytester"]  # test_startmethod runs the lab's pytest plugin in a scratch project
+# the suite's own plugin (tests/labsuite: passes per start method, leak check, scheduler); pytester: test_startmethod
+# and test_schedule run that plugin in a scratch project
+pytest_plugins = ["pytester", "labsuite.pytest_plugin"]
 
 
 def shm_names() -> set:
@@ -167,7 +169,7 @@ def _diagnose_record(scenario, which, start_method) -> tuple:
     """(exit status, JSON report, RunResult, stderr) of ``diagnose_main`` on one scenario script, with
     ``LABUTILS_START_METHOD`` set to ``start_method`` for that run (None: the session's own default, from
     ``--lab-start-method`` or the machine)."""
-    from labutils.diagnosis.cli import diagnose_main
+    from labutils.commands.diagnose import diagnose_main
     from labutils.runner import isolate, startmethod
 
     opts = scenario.options(which)

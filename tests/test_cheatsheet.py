@@ -6,8 +6,8 @@ import re
 import subprocess
 import sys
 
+from labutils.commands.cheatsheet import COMMAND, cheatsheet_markdown
 from labutils.diagnosis.causes import CAUSES, cheatsheet_rows
-from labutils.diagnosis.cheatsheet import COMMAND, cheatsheet_markdown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHEET = os.path.join(ROOT, "notebooks", "CHEATSHEET.md")

@@ -558,7 +558,7 @@ def cli(*args, timeout=300, cwd=None):
 def usage(capsys, *args):
     """``diagnose_main`` in this process, for the usage errors: (exit status, stderr). The command line
     itself (``python -m labutils diagnose``) is run by the tests around these."""
-    from labutils.diagnosis.cli import diagnose_main
+    from labutils.commands.diagnose import diagnose_main
 
     capsys.readouterr()
     rc = diagnose_main(list(args))
@@ -830,7 +830,7 @@ DMESG = ("[ 1000.250000] Memory cgroup out of memory: Killed process 4242 (pt_da
 def test_a_kernel_log_line_about_an_earlier_process_with_the_same_pid_is_not_evidence():
     """A soak of 01 found oom_killed with high confidence for a SIGKILL it staged: dmesg still held an
     OOM kill of an earlier process numbered like its worker (pids are reused; the log keeps the uptime's)."""
-    from labutils.diagnosis.probes import oom_lines_in
+    from labutils.machine.probes import oom_lines_in
 
     assert oom_lines_in(DMESG, {4242, 4243}) == DMESG.strip().splitlines()  # by number alone: both
     assert oom_lines_in(DMESG, {4242, 4243}, since_boot=5000.0) == [DMESG.splitlines()[1]]  # stamped after

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from labutils.cli import COMMANDS, build_parser, main
+from labutils.commands.main import COMMANDS, build_parser, main
 
 PY = sys.executable
 

@@ -27,7 +27,7 @@ CORPUS = os.path.join(ROOT, "tests", "corpus")
 def diagnose(capsys):
     """``diagnose --json`` on a corpus script, through the command's entry point in this process (the warm
     launcher where it applies; the command line itself is tested in test_diagnose_cli and test_scenarios)."""
-    from labutils.diagnosis.cli import diagnose_main
+    from labutils.commands.diagnose import diagnose_main
 
     def run(name, *options):
         capsys.readouterr()

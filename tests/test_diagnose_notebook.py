@@ -88,7 +88,7 @@ def test_a_broken_notebook_file_is_a_one_line_usage_error(tmp_path, text, messag
 
 
 def test_a_notebook_takes_no_script_arguments(tmp_path, capsys):
-    from labutils.diagnosis.cli import diagnose_main  # in this process: nbclient is imported once, not again
+    from labutils.commands.diagnose import diagnose_main  # in this process: nbclient is imported once, not again
 
     path = notebook(tmp_path / "n.ipynb", "fork")
     assert diagnose_main([str(path), "--epochs", "3"]) == 2

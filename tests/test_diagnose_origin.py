@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from labutils.diagnosis import probes
 from labutils.diagnosis.causes import CATALOGUE, CAUSES, LOADER_CAUSES, PRECEDENCE, cheatsheet_rows, fixes_for
 from labutils.diagnosis.diagnose import explain, is_worker_death, worker_death_kind
+from labutils.machine import probes
 from labutils.runner.result import ExceptionInfo, ProcessInfo, RunResult
 
 SITE = "/venv/lib/python3.11/site-packages"

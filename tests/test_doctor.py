@@ -13,16 +13,16 @@ import types
 
 import pytest
 
-from labutils.diagnosis.doctor import CheckResult, DoctorReport, doctor, doctor_main, shm_budget
+from labutils.machine.doctor import CheckResult, DoctorReport, doctor, doctor_main, shm_budget
 from labutils.runner.sizes import format_size, parse_size
 
-# The module itself: the package attribute `labutils.diagnosis.doctor` is the doctor() function it re-exports.
-doctor_mod = importlib.import_module("labutils.diagnosis.doctor")
+# The module itself: the package attribute `labutils.machine.doctor` is the doctor() function it re-exports.
+doctor_mod = importlib.import_module("labutils.machine.doctor")
 
 MiB = 1024**2
 GiB = 1024**3
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLI = "import sys; from labutils.diagnosis.doctor import doctor_main; sys.exit(doctor_main(sys.argv[1:]))"
+CLI = "import sys; from labutils.machine.doctor import doctor_main; sys.exit(doctor_main(sys.argv[1:]))"
 
 
 # ------------------------------------------------------------------------------------------------ sizes
@@ -213,7 +213,7 @@ def test_cgroup_memory_parsing(monkeypatch):
 
 
 def test_torch_is_described_without_importing_it(tmp_path):
-    code = ("import sys; from labutils.diagnosis.doctor import doctor; r = doctor(); "
+    code = ("import sys; from labutils.machine.doctor import doctor; r = doctor(); "
             "print(r['torch'].status, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": REPO})
@@ -306,7 +306,7 @@ def _logind(tmp_path, main=None, dropins=()):
 
 
 def test_removeipc_warns_for_a_user_by_default(tmp_path):
-    from labutils.diagnosis.doctor import _check_removeipc
+    from labutils.machine.doctor import _check_removeipc
 
     conf, dirs = _logind(tmp_path, "[Login]\n#RemoveIPC=yes\n")
     c = _check_removeipc(uid=1000, systemd_running=True, main_conf=conf, dropin_dirs=dirs)
@@ -315,7 +315,7 @@ def test_removeipc_warns_for_a_user_by_default(tmp_path):
 
 
 def test_removeipc_no_in_a_dropin_wins_and_a_later_yes_wins_again(tmp_path):
-    from labutils.diagnosis.doctor import _check_removeipc
+    from labutils.machine.doctor import _check_removeipc
 
     conf, dirs = _logind(tmp_path, "[Login]\nRemoveIPC=yes\n", [("50-keep.conf", "[Login]\nRemoveIPC=no\n")])
     assert _check_removeipc(uid=1000, systemd_running=True, main_conf=conf, dropin_dirs=dirs).status == "OK"
@@ -330,7 +330,7 @@ def test_removeipc_no_in_a_dropin_wins_and_a_later_yes_wins_again(tmp_path):
 
 
 def test_removeipc_does_not_apply_to_root_system_users_or_without_systemd(tmp_path):
-    from labutils.diagnosis.doctor import _check_removeipc
+    from labutils.machine.doctor import _check_removeipc
 
     conf, dirs = _logind(tmp_path, "[Login]\nRemoveIPC=yes\n")
     assert _check_removeipc(uid=0, systemd_running=True, main_conf=conf, dropin_dirs=dirs).status == "OK"
@@ -342,7 +342,7 @@ def test_removeipc_does_not_apply_to_root_system_users_or_without_systemd(tmp_pa
 def test_removeipc_unreadable_config_still_warns(tmp_path):
     import os
 
-    from labutils.diagnosis.doctor import _check_removeipc
+    from labutils.machine.doctor import _check_removeipc
 
     conf, dirs = _logind(tmp_path, "[Login]\nRemoveIPC=no\n")
     os.chmod(conf, 0)

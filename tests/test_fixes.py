@@ -20,6 +20,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
+from labutils.diagnosis.pickling import find_unpicklable
 from labutils.kit.fixes import (
     LazyFile,
     PerWorkerResource,
@@ -36,7 +37,6 @@ from labutils.kit.fixes import (
     pet_watchdog,
     worker_init_seed_and_faulthandler,
 )
-from labutils.kit.pickling import find_unpicklable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_FORK = "fork" in __import__("multiprocessing").get_all_start_methods()
@@ -158,7 +158,7 @@ SPAWN_SCRIPT = textwrap.dedent("""
     import torch
     from torch.utils.data import DataLoader, Dataset
     from labutils.kit.fixes import lazy_open, make_worker_init
-    from labutils.kit.pickling import find_unpicklable
+    from labutils.diagnosis.pickling import find_unpicklable
 
     class SpawnDataset(Dataset):
         def __init__(self, path):

@@ -298,7 +298,7 @@ def test_bad_input_gets_a_clear_message(kwargs, words):
 
 
 def test_mixed_crash_runs_leave_nothing_behind():
-    """A short soak (tests/soak_leaks.py runs the long one): SIGKILL, segfault, timeout, spawn."""
+    """A short soak (tests/tools/soak_leaks.py runs the long one): SIGKILL, segfault, timeout, spawn."""
     segv = KILL_WORKER.replace("os.kill(os.getpid(), signal.SIGKILL)", "import ctypes; ctypes.string_at(0)")
     runs = [(KILL_WORKER, {}), (segv, {}), (KILL_WORKER, {"start_method": "spawn"}),
             ("import time\ntime.sleep(60)", {"timeout": 1})]

@@ -1,6 +1,6 @@
 """The plugin gives nbval's cells a longer wait for their messages than nbval's hard-coded 5 s."""
 
-from labutils.testing import pytest_plugin
+from labsuite import pytest_plugin
 
 
 def test_notebook_cells_wait_longer_other_items_untouched():

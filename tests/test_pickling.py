@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from labutils.kit import pickling
-from labutils.kit.pickling import Blocker, find_unpicklable, format_blockers
+from labutils.diagnosis import pickling
+from labutils.diagnosis.pickling import Blocker, find_unpicklable, format_blockers
 
 
 class Plain:

@@ -1,4 +1,4 @@
-"""tests/python_versions.py: its options, its reading of nbval's JUnit report, its table, and one real run of
+"""tests/tools/python_versions.py: its options, its reading of nbval's JUnit report, its table, and one real run of
 a two-cell notebook (one cell passes, one fails) under this venv's own Python."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("python_versions", HERE / "python_versions.py")
+_spec = importlib.util.spec_from_file_location("python_versions", HERE / "tools" / "python_versions.py")
 pv = importlib.util.module_from_spec(_spec)
 sys.modules["python_versions"] = pv  # dataclasses look their module up by name
 _spec.loader.exec_module(pv)

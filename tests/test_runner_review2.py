@@ -391,9 +391,10 @@ def test_a_run_with_a_sample_listener_is_cold_so_its_uss_is_a_fresh_processes():
 
 # --------------------------------------------------------------------------- one exception-chain walk
 def test_one_chain_walk_for_the_kernel_the_diagnosis_and_the_notebook_preamble():
-    from labutils.diagnosis import chain, notebook
+    from labutils.diagnosis import chain
     from labutils.diagnosis.evidence import _chain_of
     from labutils.kit.inkernel import _chain
+    from labutils.runner import notebook
 
     try:
         try:

@@ -1,6 +1,6 @@
 """A shared machine: a bystander program with its own spawn DataLoader (file_system strategy, so its own
 named semaphores and /dev/shm/torch_* segments) loses nothing while the lab does crash runs beside it.
-tests/soak_leaks.py runs the long version (100 crash runs, and a second lab)."""
+tests/tools/soak_leaks.py runs the long version (100 crash runs, and a second lab)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="/dev/shm and it
 
 
 def test_a_bystander_loses_nothing_while_the_lab_crashes(tmp_path):
-    import soak_leaks
+    from tools import soak_leaks
 
     bystander = soak_leaks.Neighbour("bystander", soak_leaks.BYSTANDER, str(tmp_path))
     try:

@@ -168,7 +168,7 @@ def test_the_sessions_processes_use_its_temporary_folder_and_a_shared_tmp_file_f
     import subprocess
     import sys
 
-    from labutils.testing import leaks
+    from labsuite import leaks
 
     shared = tmp_path  # stands in for the shared /tmp: the check scans the folder given as ``tmp``
     session = leaks.Session(folder=tempfile.mkdtemp(prefix="labutils-session-"), tmp=str(shared))
@@ -195,8 +195,9 @@ def test_a_killed_test_sessions_folder_is_removed_by_the_next_and_a_live_ones_ke
     import subprocess
     import sys
 
+    from labsuite import leaks
+
     from labutils.runner import procs
-    from labutils.testing import leaks
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     ticks = procs.start_ticks(gone.pid)

@@ -19,8 +19,8 @@ import sys
 
 import pytest
 
-from labutils.lab.tour import SCENARIOS
 from labutils.runner.isolate import private_shm_support
+from labutils.scenarios import SCENARIOS
 
 PY = sys.executable
 

@@ -5,9 +5,10 @@ import os
 import shutil
 import tempfile
 
-from labutils.testing.xdist_schedule import DURATIONS, load_durations, split_scope
+from labsuite.xdist_schedule import DURATIONS, load_durations, split_scope
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+TESTS = os.path.dirname(os.path.abspath(__file__))  # labsuite, the plugin under test
+ROOT = os.path.join(TESTS, "..")
 
 
 def test_a_notebooks_cells_stay_in_one_group_per_pass():
@@ -28,7 +29,7 @@ def test_the_extra_start_method_pass_of_a_test_file_is_its_own_group():
 
 def test_the_durations_file_names_groups_that_exist():
     durations = load_durations(ROOT)
-    assert len(durations) > 20, "tests/durations.json is missing or empty: python tests/update_durations.py"
+    assert len(durations) > 20, "tests/durations.json is missing or empty: python tests/tools/update_durations.py"
     with open(os.path.join(ROOT, DURATIONS), encoding="utf-8") as fh:
         assert json.load(fh) == {k: v for k, v in durations.items()}
     for group in durations:
@@ -48,7 +49,7 @@ TINY_NOTEBOOK = {
 
 
 def _collected(pytester, *args) -> list:
-    result = pytester.runpytest("-p", "labutils.testing.pytest_plugin", "-p", "no:cacheprovider", "--nbval-lax",
+    result = pytester.runpytest("-p", "labsuite.pytest_plugin", "-p", "no:cacheprovider", "--nbval-lax",
                                 "--collect-only", "-q", *args)
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     return [ln for ln in result.stdout.lines if "::" in ln]
@@ -122,9 +123,9 @@ def _leak_test(strip_env: bool) -> str:
 def _run_leaker(pytester, monkeypatch, strip_env: bool):
     monkeypatch.delenv("LABUTILS_SESSION_LEDGER", raising=False)  # this session's own check stays outside
     monkeypatch.delenv("LABUTILS_SHM_LEDGER", raising=False)
-    monkeypatch.setenv("PYTHONPATH", ROOT)
+    monkeypatch.setenv("PYTHONPATH", TESTS)
     pytester.makepyfile(test_leak=_leak_test(strip_env))
-    result = pytester.runpytest_subprocess("-p", "labutils.testing.pytest_plugin", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "labsuite.pytest_plugin", "-p", "no:cacheprovider")
     name, folder = (pytester.path / "leaked.txt").read_text().split()
     assert name.startswith("sem.mp-") and os.path.basename(folder).startswith("lab-leak-test-"), (name, folder)
     try:
@@ -141,7 +142,7 @@ def _run_leaker(pytester, monkeypatch, strip_env: bool):
 def test_a_semaphore_left_by_the_sessions_process_fails_the_session_with_its_name(pytester, monkeypatch):
     result, name, folder = _run_leaker(pytester, monkeypatch, strip_env=False)
     assert result.ret == 1, result.stdout.str()
-    result.stdout.fnmatch_lines_random([f"/dev/shm/{name}: made by pid * (*python -c import multiprocessing*), "
+    result.stdout.fnmatch_lines_random([f"/dev/shm/{name}: made by pid * (*python* -c import multiprocessing*), "
                                         "during test_leak.py::test_leak (call)",
                                         "labutils: 1 file(s) in /dev/shm and * in /tmp made by this session's "
                                         "processes are still there*"])
@@ -162,13 +163,13 @@ def test_a_notebook_kernel_is_stopped_as_jupyter_does_so_its_semaphores_go(pytes
     request first; the kernel's finalizers unlink the name, and the session's check finds nothing."""
     monkeypatch.delenv("LABUTILS_SESSION_LEDGER", raising=False)
     monkeypatch.delenv("LABUTILS_SHM_LEDGER", raising=False)
-    monkeypatch.setenv("PYTHONPATH", ROOT)
+    monkeypatch.setenv("PYTHONPATH", TESTS)
     nb = json.loads(json.dumps(TINY_NOTEBOOK))
     nb["cells"][0]["source"] = ("import multiprocessing\nlock = multiprocessing.get_context('spawn').Lock()\n"
                                 "open('held.txt', 'w').write('sem.' + lock._semlock.name.lstrip('/'))")
     nb["cells"][1]["source"] = "assert lock.acquire(timeout=1)"
     pytester.makefile(".ipynb", held=json.dumps(nb))
-    result = pytester.runpytest_subprocess("-p", "labutils.testing.pytest_plugin", "-p", "no:cacheprovider",
+    result = pytester.runpytest_subprocess("-p", "labsuite.pytest_plugin", "-p", "no:cacheprovider",
                                            "--nbval-lax", "held.ipynb")
     name = (pytester.path / "held.txt").read_text().strip()
     assert name.startswith("sem.mp-"), name
@@ -184,7 +185,7 @@ def test_the_sessions_temp_folders_go_with_it_and_one_left_in_the_shared_tmp_fai
     and the session fails on it."""
     monkeypatch.delenv("LABUTILS_SESSION_LEDGER", raising=False)  # this session's own check stays outside
     monkeypatch.delenv("LABUTILS_SHM_LEDGER", raising=False)
-    monkeypatch.setenv("PYTHONPATH", ROOT)
+    monkeypatch.setenv("PYTHONPATH", TESTS)
     shared = tempfile.gettempdir()  # the inner session's "shared /tmp": the folder it starts with
     monkeypatch.setenv("LAB_TEST_SHARED_TMP", shared)
     pytester.makepyfile(test_tmp="""
@@ -197,7 +198,7 @@ def test_tmp():
                           env=env).stdout.strip()
     open("made.txt", "w").write(own + "\\n" + left)
 """)
-    result = pytester.runpytest_subprocess("-p", "labutils.testing.pytest_plugin", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "labsuite.pytest_plugin", "-p", "no:cacheprovider")
     own, left = (pytester.path / "made.txt").read_text().split("\n")
     try:
         assert os.path.dirname(left) == shared and os.path.isdir(left), (left, shared)

@@ -1,4 +1,4 @@
-"""tests/soak_notebooks.py: counts a cell that fails every second run, ignores skipped cells, and holds
+"""tests/tools/soak_notebooks.py: counts a cell that fails every second run, ignores skipped cells, and holds
 an expected exception to its marker; ``--jobs 2`` runs two notebooks at once, never one notebook twice at
 once, and the totals add up over both (two tiny notebooks in temporary folders, two runs each, fork)."""
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SOAK = Path(__file__).with_name("soak_notebooks.py")
+SOAK = Path(__file__).parent / "tools" / "soak_notebooks.py"
 
 
 def _code(source: str) -> dict:

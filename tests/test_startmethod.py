@@ -151,10 +151,10 @@ def test_the_plugin_adds_a_pass_per_extra_method(pytester, monkeypatch):
         def test_m(lab_start_method):
             assert lab_start_method in (None, "spawn")
     ''')
-    result = pytester.runpytest("-p", "labutils.testing.pytest_plugin", "--lab-also-start-method", "spawn", "-v")
+    result = pytester.runpytest("-p", "labsuite.pytest_plugin", "--lab-also-start-method", "spawn", "-v")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_m[[]default[]]*", "*test_m[[]spawn[]]*"])
-    bad = pytester.runpytest("-p", "labutils.testing.pytest_plugin", "--lab-also-start-method", "sideways")
+    bad = pytester.runpytest("-p", "labsuite.pytest_plugin", "--lab-also-start-method", "sideways")
     assert bad.ret != 0
     bad.stderr.fnmatch_lines(["*--lab-also-start-method 'sideways': use one of*"])
 

@@ -10,7 +10,8 @@ import os
 import subprocess
 import sys
 
-from labutils.lab.tour import SCENARIOS, RunOptions, get_scenario, run_main, tour_main
+from labutils.commands.tour import run_main, tour_main
+from labutils.scenarios import SCENARIOS, RunOptions, get_scenario
 
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

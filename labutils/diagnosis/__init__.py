@@ -1,2 +1,3 @@
-"""Naming the cause: the catalogue (``causes``), the rules over a run's evidence (``diagnose``), the
-machine probes shared with ``doctor``, the ``diagnose`` command line (``cli``) and the cheat sheet."""
+"""Naming the cause: the catalogue (``causes``), the evidence of a run or an exception (``evidence``,
+``chain``, ``tree``, ``children``, ``pickling``), the rules over it (``rules``, ``decide``) and the
+``Diagnosis`` they give (``diagnose``, ``model``)."""

@@ -189,7 +189,7 @@ _ENTRIES = [
             ("Give /dev/shm more room (docker run --shm-size=2g or --ipc=host; Kubernetes: an emptyDir "
              "with medium: Memory on /dev/shm)", "05"),
             ("Keep batch bytes x prefetch_factor x num_workers under the free /dev/shm "
-             "(labutils.diagnosis.doctor shows the budget)", "05"),
+             "(labutils.machine.doctor shows the budget)", "05"),
         ),
         messages=("RuntimeError: unable to allocate shared memory(shm) for file </torch_...>: No space "
                   "left on device (28)",

@@ -3,7 +3,7 @@ or, unless suppressed, ``__context__`` (raised while handling), first to last, e
 
 One home for the walk, used in the kernel (:mod:`labutils.kit.inkernel`), by the diagnosis of a live
 exception (:mod:`labutils.diagnosis.evidence`) and, as source text, by the notebook kernel's preamble
-(:mod:`labutils.diagnosis.notebook`), which runs before labutils can be assumed importable there: so
+(:mod:`labutils.runner.notebook`), which runs before labutils can be assumed importable there: so
 this module imports only the standard library. The isolated run's bootstrap keeps its own copy for the
 same reason (it is run by path, see ``runner/bootstrap.py``).
 """

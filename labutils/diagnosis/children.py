@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import probes
+from ..machine import probes
 from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
 from .decide import (
     _decide,

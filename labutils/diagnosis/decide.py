@@ -7,7 +7,7 @@ import os
 import re
 from typing import Optional
 
-from . import probes
+from ..machine import probes
 from .causes import CATALOGUE, PRECEDENCE, UNKNOWN
 from .evidence import (
     _SHM_GONE,

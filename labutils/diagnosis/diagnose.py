@@ -184,7 +184,7 @@ def _status_lines(facts: _Facts) -> list:
 
 def _blockers(dataset) -> list:
     try:
-        from ..kit.pickling import find_unpicklable
+        from .pickling import find_unpicklable
 
         found = find_unpicklable(dataset, "dataset")
     except Exception as exc:  # noqa: BLE001

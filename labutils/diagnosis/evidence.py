@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from . import probes
+from ..machine import probes
 from .chain import links as _chain_links
 
 # =========================================================================== frames: whose code raised it

@@ -7,7 +7,7 @@ import html
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from . import probes
+from ..machine import probes
 from .causes import LOADER_CAUSES, fixes_for
 
 

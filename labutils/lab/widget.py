@@ -71,7 +71,7 @@ class LabUI:
     def __init__(self, scenario: Optional[str] = None, which: str = "broken", mystery: bool = True,
                  learner: str = ""):
         from ..diagnosis.causes import CATALOGUE, CAUSES
-        from .tour import SCENARIOS
+        from ..scenarios import SCENARIOS
 
         self.scenarios, self.mystery = SCENARIOS, mystery
         if scenario is not None and scenario not in SCENARIOS:

@@ -7,13 +7,15 @@ import json
 import os
 from typing import Optional
 
+from . import rundir
+
 __all__ = ["run_notebook"]
 
 
 # =========================================================================== notebooks
 def run_notebook(path: str, kw: dict, interval: float):
     """Execute the notebook in a Jupyter kernel inside an isolated run; a RunResult of the kernel's evidence."""
-    from ..runner.isolate import run_isolated
+    from .isolate import run_isolated
 
     start_method = kw.pop("start_method", None)
     code = _NB_RUNNER.replace("@@CONFIG@@", repr(json.dumps({
@@ -26,7 +28,7 @@ def run_notebook(path: str, kw: dict, interval: float):
 def _kernel_result(outer, path: str, start_method: Optional[str]):
     """A RunResult made of what the kernel recorded (its exception, loader events, workers), inside the
     outer run's limits, outcome and stderr (the kernel's and its workers' fd 2 go there)."""
-    from ..runner.result import ExceptionInfo, ProcessInfo, RunResult
+    from .result import ExceptionInfo, ProcessInfo, RunResult
 
     nb = (outer.values or {}).get("notebook")
     if outer.outcome == "unsupported" or not isinstance(nb, dict):
@@ -114,7 +116,7 @@ def on_cell_start(cell, cell_index):
         state["kernel_pid"] = getattr(proc, "pid", None)
     state["cell"] = cell_index
     if cell_index >= 1:  # the cell running now, in case the run is stopped (stall, time limit) in it
-        with open(os.path.join(RUN_DIR, "emitted.jsonl"), "a", encoding="utf-8") as fh:
+        with open(os.path.join(RUN_DIR, @@EMITTED@@), "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"notebook_cell": describe(cell_index)}) + "\n")
 
 client.on_cell_start = on_cell_start
@@ -215,14 +217,14 @@ for c in nb.cells[1:]:
 record = {
     "cell": cell, "error": state["error"], "error_text": error_text, "kernel_died": kernel_died,
     "kernel_returncode": kernel_rc, "kernel_pid": state["kernel_pid"],
-    "exc": read_json("exc.json") if state["error"] == "cell" else None,
-    "procs": read_jsonl("procs.jsonl"),
+    "exc": read_json(@@EXC@@) if state["error"] == "cell" else None,
+    "procs": read_jsonl(@@PROCS@@),
     "exits": read_json("exits.json") or {},
     "stdout": "".join(t for n, t in streams if n == "stdout"),
     "stderr": "".join(t for n, t in streams if n == "stderr"),
 }
 line = json.dumps({"notebook": record}, default=repr) + "\n"
-with open(os.path.join(RUN_DIR, "emitted.jsonl"), "a", encoding="utf-8") as fh:
+with open(os.path.join(RUN_DIR, @@EMITTED@@), "a", encoding="utf-8") as fh:
     fh.write(line)
 print(f"notebook {CFG['path']}: {state['error'] or 'ran to the end'}")
 '''
@@ -266,7 +268,7 @@ def __labutils_instrument():
         if os.getpid() != main_pid:
             return
         started.append(self)
-        append("procs.jsonl", {"pid": self.pid, "name": self.name, "t": time.time(),
+        append(@@PROCS@@, {"pid": self.pid, "name": self.name, "t": time.time(),
                                "target": getattr(target, "__qualname__", repr(target))})
 
     process.BaseProcess.start = start
@@ -295,7 +297,7 @@ def __labutils_instrument():
             try:
                 return original_iter(self)
             except BaseException as exc:
-                append("loader.jsonl", {"event": "init_error", "t": time.time(), "chain": chain(exc)}, run_dir)
+                append(@@LOADER@@, {"event": "init_error", "t": time.time(), "chain": chain(exc)}, run_dir)
                 raise
 
         def __init__(self, loader, *a, **kw):
@@ -307,7 +309,7 @@ def __labutils_instrument():
                 m = None
             counter[0] += 1
             self._lab_iter, self._lab_batches, self._lab_last = counter[0], 0, 0.0
-            append("loader.jsonl", {"event": "iter", "t": time.time(), "iter": counter[0],
+            append(@@LOADER@@, {"event": "iter", "t": time.time(), "iter": counter[0],
                                     "num_workers": loader.num_workers, "timeout": loader.timeout,
                                     "start_method": m, "batch_size": loader.batch_size,
                                     "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory,
@@ -316,7 +318,7 @@ def __labutils_instrument():
 
         def progress(self):
             self._lab_last = time.time()
-            append("loader.jsonl", {"event": "progress", "t": self._lab_last, "iter": self._lab_iter,
+            append(@@LOADER@@, {"event": "progress", "t": self._lab_last, "iter": self._lab_iter,
                                     "batches": self._lab_batches}, run_dir)
 
         def __next__(self):
@@ -327,7 +329,7 @@ def __labutils_instrument():
                     progress(self)
                 raise
             except BaseException as exc:
-                append("loader.jsonl", {"event": "error", "t": time.time(), "chain": chain(exc)}, run_dir)
+                append(@@LOADER@@, {"event": "error", "t": time.time(), "chain": chain(exc)}, run_dir)
                 if hasattr(self, "_lab_iter"):
                     progress(self)
                 raise
@@ -358,7 +360,7 @@ def __labutils_instrument():
                 try:
                     patch(module)
                 except Exception as exc:
-                    append("loader.jsonl", {"event": "patch_failed", "error": repr(exc)})
+                    append(@@LOADER@@, {"event": "patch_failed", "error": repr(exc)})
 
             spec.loader.exec_module = exec_module
             return spec
@@ -371,7 +373,7 @@ def __labutils_instrument():
     def post_run_cell(result):
         err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         if err is not None:
-            with open(os.path.join(evid, "exc.json"), "w", encoding="utf-8") as fh:
+            with open(os.path.join(evid, @@EXC@@), "w", encoding="utf-8") as fh:
                 json.dump(chain(err), fh, default=repr)
         exits()
 
@@ -381,6 +383,12 @@ def __labutils_instrument():
 __labutils_instrument()
 del __labutils_instrument
 '''
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chain.py"), encoding="utf-8") as _fh:
+_CHAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "diagnosis", "chain.py")
+with open(_CHAIN, encoding="utf-8") as _fh:
     _KERNEL_PREAMBLE = _KERNEL_PREAMBLE.replace("__LABUTILS_CHAIN_SOURCE__", repr(_fh.read()))
 del _fh
+
+# the run directory's names, from their one home (the code above runs in the run and in its kernel)
+for _name in ('EMITTED', 'EXC', 'LOADER', 'PROCS'):
+    _NB_RUNNER = _NB_RUNNER.replace(f"@@{_name}@@", repr(getattr(rundir, _name)))
+    _KERNEL_PREAMBLE = _KERNEL_PREAMBLE.replace(f"@@{_name}@@", repr(getattr(rundir, _name)))

@@ -113,7 +113,7 @@ class DoctorReport:
 
 
 # ------------------------------------------------------------------------------------------------ probes
-# The measurements live in labutils.diagnosis.probes (shared with the diagnosis); these names are the doctor's
+# The measurements live in labutils.machine.probes (shared with the diagnosis); these names are the doctor's
 # handles on them, so tests can replace one measurement without touching the machine.
 
 

@@ -42,26 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dispatch(command: str, rest: list) -> int:
     if command == "doctor":
-        from .diagnosis.doctor import doctor_main
+        from ..machine.doctor import doctor_main
 
         return doctor_main(rest)
     if command == "diagnose":
-        from .diagnosis.cli import diagnose_main
+        from .diagnose import diagnose_main
 
         return diagnose_main(rest)
     if command == "preflight":
-        from .diagnosis.preflight import preflight_main
+        from ..machine.preflight import preflight_main
 
         return preflight_main(rest)
     if command == "cheatsheet":
-        from .diagnosis.cheatsheet import cheatsheet_main
+        from .cheatsheet import cheatsheet_main
 
         return cheatsheet_main(rest)
     if command == "tour":
-        from .lab.tour import tour_main
+        from .tour import tour_main
 
         return tour_main(rest)
-    from .lab.tour import run_main
+    from .tour import run_main
 
     return run_main(rest)
 

@@ -8,7 +8,7 @@ grouping (a notebook's cells run in order, in one kernel, on one process) with t
   ``lab_start_method`` parameter) form a group of their own, so the two passes of ``test_scenarios.py``
   can run side by side;
 * the next group handed out is the longest one left (longest processing time first), by the
-  measured seconds in ``tests/durations.json`` (refresh it with ``python tests/update_durations.py
+  measured seconds in ``tests/durations.json`` (refresh it with ``python tests/tools/update_durations.py
   JUNIT.xml``); a group missing from the file counts one second per test.
 
 Only the order and the grouping change: every collected test runs once, as before.

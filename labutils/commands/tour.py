@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from ..scenarios import SCENARIO_DIR, SCENARIOS, RunOptions, Scenario, get_scenario  # noqa: F401 - re-exported
+from ..scenarios import SCENARIOS, RunOptions, Scenario, get_scenario
 
 __all__ = ["RunOptions", "Scenario", "SCENARIOS", "get_scenario", "run_scenario", "tour_main", "run_main"]
 

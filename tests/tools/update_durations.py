@@ -1,5 +1,5 @@
-"""python tests/update_durations.py JUNIT.xml: rewrite tests/durations.json from a run's JUnit report
-(``pytest --junitxml=JUNIT.xml``). The scheduler (labutils/testing/xdist_schedule.py) hands out the longest
+"""python tests/tools/update_durations.py JUNIT.xml: rewrite tests/durations.json from a run's JUnit report
+(``pytest --junitxml=JUNIT.xml``). The scheduler (tests/labsuite/xdist_schedule.py) hands out the longest
 group first by these seconds; a stale file only changes the order, never what runs."""
 
 import collections
@@ -8,10 +8,11 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from labutils.testing.xdist_schedule import DURATIONS, split_scope  # noqa: E402
+TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
+sys.path.insert(0, TESTS)  # labsuite, the suite's plugin
+from labsuite.xdist_schedule import DURATIONS, split_scope  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.join(TESTS, os.pardir)
 
 
 def also_methods() -> tuple:
@@ -19,7 +20,7 @@ def also_methods() -> tuple:
     in pyproject.toml (the scheduler's own split)."""
     import tomllib
 
-    from labutils.testing.pytest_plugin import MATRIX
+    from labsuite.pytest_plugin import MATRIX
 
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
         ini = tomllib.load(fh)["tool"]["pytest"]["ini_options"]
@@ -36,7 +37,8 @@ def nodeid(classname: str, name: str) -> str:
 
 def main(argv) -> int:
     if len(argv) != 1 or not os.path.isfile(argv[0]):
-        print("usage: python tests/update_durations.py JUNIT.xml (from pytest --junitxml=JUNIT.xml)", file=sys.stderr)
+        print("usage: python tests/tools/update_durations.py JUNIT.xml (from pytest --junitxml=JUNIT.xml)",
+              file=sys.stderr)
         return 2
     methods = also_methods()
     seconds = collections.defaultdict(float)

@@ -1,6 +1,6 @@
 """Who made this file? Loaded by every Python process of a lab pytest session.
 
-The lab's pytest plugin (``labutils.testing.pytest_plugin``) puts this folder on ``PYTHONPATH`` and names a
+The lab's pytest plugin (``labsuite.pytest_plugin``) puts this folder on ``PYTHONPATH`` and names a
 session ledger in ``LABUTILS_SESSION_LEDGER``. Every Python process that starts below the session (test
 processes, Jupyter kernels, isolated runs, spawn workers) and every process forked from one of them then
 appends to the ledger, as it happens:

@@ -1,4 +1,4 @@
-"""pytest plugin of the lab (loaded by ``-p labutils.testing.pytest_plugin`` in pyproject.toml).
+"""pytest plugin of the lab (loaded by ``-p labsuite.pytest_plugin`` in pyproject.toml).
 
 * ``--lab-start-method M`` runs the whole suite (the notebooks' kernels and every isolated run) under the
   default start method ``M`` (``fork``, ``forkserver`` or ``spawn``), through ``LABUTILS_START_METHOD``:
@@ -12,7 +12,7 @@
   sets the default, none in this repository) adds the pass of one method; ``none`` adds nothing.
 * At the end of the session, every file that the session's own processes made in /dev/shm or /tmp and
   left there fails the session, named with the process and the test that made it
-  (:mod:`labutils.testing.leaks`; ``--lab-no-leak-check`` turns it off).
+  (:mod:`labsuite.leaks`; ``--lab-no-leak-check`` turns it off).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import os
 
 import pytest
 
-from ..runner import startmethod
+from labutils.runner import startmethod
+
 from . import leaks
 
 #: the extra passes of ``--lab-matrix``: Python 3.14's Linux default, and macOS's
@@ -236,7 +237,7 @@ def pytest_generate_tests(metafunc) -> None:
 
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` (pyproject's default): the lab's scheduler, which keeps a notebook on one process
-    and hands out the longest group first (see ``labutils.testing.xdist_schedule``)."""
+    and hands out the longest group first (see ``labsuite.xdist_schedule``)."""
     if getattr(config.option, "dist", None) != "loadfile":
         return None
     from .xdist_schedule import LongestFirstScheduling

@@ -1,7 +1,7 @@
 """Soak: many isolated crash runs in a row, beside a bystander and a second lab, must leave nothing behind
 and take nothing from the neighbours.
 
-    python tests/soak_leaks.py [--runs 100] [--no-neighbours]
+    python tests/tools/soak_leaks.py [--runs 100] [--no-neighbours]
 
 The first lab (this process) mixes a SIGKILLed worker, a segfaulting worker, a spawn run with a killed
 worker and a timed-out hang. Meanwhile, unless ``--no-neighbours``:

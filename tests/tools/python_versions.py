@@ -1,8 +1,8 @@
 """Run every notebook and solution under other Pythons' venvs and print one table of the results.
 
-    python tests/python_versions.py --venv /work/venv313 --venv /work/venv312
-    python tests/python_versions.py --venv /work/venv313 --start-method fork,spawn notebooks/08_*.ipynb
-    python tests/python_versions.py --venv /work/venv312 --wrap /work/tools/cpuslot --log-dir /tmp/pyver
+    python tests/tools/python_versions.py --venv /work/venv313 --venv /work/venv312
+    python tests/tools/python_versions.py --venv /work/venv313 --start-method fork,spawn notebooks/08_*.ipynb
+    python tests/tools/python_versions.py --venv /work/venv312 --wrap /work/tools/cpuslot --log-dir /tmp/pyver
 
 Each notebook is tested exactly as plain ``pytest`` tests it (pyproject's addopts: nbval-lax, the lab's
 pytest plugin, its leak check), in a pytest of its own started by the venv's Python, serially (``-n 0``),
@@ -35,7 +35,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("fork", "forkserver", "spawn")
 # a colour code, raw or as pytest's JUnit XML escapes the ESC character ("#x1B[31m")
 _ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;?]*[A-Za-z]")
@@ -77,7 +77,7 @@ def default_notebooks(root: Path = ROOT) -> list:
 
 
 def parse_args(argv: list) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python tests/python_versions.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python tests/tools/python_versions.py", description=__doc__.split("\n")[0])
     parser.add_argument("notebooks", nargs="*", help="notebook files or globs (default: every notebook and solution)")
     parser.add_argument("--venv", action="append", default=[], metavar="DIR", help="a venv to test (repeatable)")
     parser.add_argument("--start-method", action="append", default=[], metavar="M",
@@ -163,14 +163,15 @@ def find_venv(path: str) -> Venv:
 def pytest_command(venv: Venv, notebook: Path, method: str, junit: Path, root: Path) -> list:
     """The pytest that plain ``pytest`` would run for this one notebook, serially, under ``method``."""
     return [str(venv.python), "-m", "pytest", "-c", str(root / "pyproject.toml"), "--rootdir", str(root),
-            "-n", "0", "--lab-start-method", method, "--lab-also-start-method", "none",
+            "-p", "labsuite.pytest_plugin", "-n", "0", "--lab-start-method", method, "--lab-also-start-method", "none",
             f"--junitxml={junit}", "-q", "-rN", str(notebook)]
 
 
 def child_env(root: Path, venv: Venv) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(root), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                      if p and Path(p).resolve() != root]])
+    tests = root / "tests"  # labsuite, the suite's plugin: a notebook outside notebooks/ has no conftest to load it
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(tests), *[p for p in env.get("PYTHONPATH", "").split(
+        os.pathsep) if p and Path(p).resolve() not in (root, tests)]])
     env["PATH"] = os.pathsep.join([str(venv.path / "bin"), env.get("PATH", "")])
     env["VIRTUAL_ENV"] = str(venv.path)
     env.pop("LABUTILS_START_METHOD", None)  # --lab-start-method sets it

@@ -352,7 +352,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     interval = 0.05 if "memory_budget" in kw else 0.5
     try:
         if kind == "notebook":
-            from .notebook import run_notebook
+            from ..runner.notebook import run_notebook
 
             result = run_notebook(args.script, kw, interval)
         elif args.torchrun:

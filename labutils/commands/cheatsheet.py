@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from .causes import CATALOGUE, cheatsheet_rows
+from ..diagnosis.causes import CATALOGUE, cheatsheet_rows
 
 __all__ = ["cheatsheet_markdown", "cheatsheet_main"]
 

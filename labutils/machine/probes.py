@@ -1,6 +1,6 @@
 """Measurements of this machine and process that bear on DataLoader workers, in one place.
 
-Used by :mod:`labutils.diagnosis.doctor` (the preflight) and :mod:`labutils.diagnosis.diagnose` (the evidence lines of a
+Used by :mod:`labutils.machine.doctor` (the preflight) and :mod:`labutils.diagnosis.diagnose` (the evidence lines of a
 diagnosis) alike: /dev/shm size and free space, RLIMIT_NOFILE and open descriptors, memory and the
 cgroup limit, CPUs and the cgroup quota, the torch build (read from its files, without importing it),
 the default start method (without fixing the default context), whether ``__main__`` can be imported

@@ -1,9 +1,9 @@
 """Stability benchmark: run every notebook and solution N times and count, per cell, how often it failed.
 
-    python tests/soak_notebooks.py --runs 5                          # every notebook and solution, fork
-    python tests/soak_notebooks.py --runs 5 --start-method forkserver
-    python tests/soak_notebooks.py --runs 2 notebooks/04_memory_and_oom.ipynb notebooks/07_*.ipynb
-    python tests/soak_notebooks.py --runs 5 --jobs 2                 # two notebooks at once (2 cores)
+    python tests/tools/soak_notebooks.py --runs 5                          # every notebook and solution, fork
+    python tests/tools/soak_notebooks.py --runs 5 --start-method forkserver
+    python tests/tools/soak_notebooks.py --runs 2 notebooks/04_memory_and_oom.ipynb notebooks/07_*.ipynb
+    python tests/tools/soak_notebooks.py --runs 5 --jobs 2                 # two notebooks at once (2 cores)
 
 Each run executes a notebook top to bottom in a fresh Jupyter kernel (nbclient), with the notebook's
 folder as the working directory and ``LABUTILS_START_METHOD`` set for the kernel and every isolated run,
@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("fork", "forkserver", "spawn")
 SKIP, RAISES = "# NBVAL_SKIP", "# NBVAL_RAISES_EXCEPTION"
 LEFT_CELL = 10_000  # where a run that left files in its temporary folder is counted: after the last cell
@@ -295,7 +295,7 @@ def _name(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python tests/soak_notebooks.py",
+    parser = argparse.ArgumentParser(prog="python tests/tools/soak_notebooks.py",
                                      description="Run notebooks N times and count failing cells.")
     parser.add_argument("--runs", type=int, default=5, help="runs of each notebook (default 5)")
     parser.add_argument("--start-method", default="fork", help=f"one of {', '.join(METHODS)} (default fork)")
