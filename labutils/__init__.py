@@ -1,62 +1,59 @@
-"""DataLoader Crash Lab helpers: isolated runs, diagnosis, preflight checks and reusable fixes.
+"""DataLoader Crash Lab helpers: isolated runs, diagnosis, machine checks and reusable fixes.
 
-The public API, by job:
+The public face, by job (each name is imported on first use, PEP 562, so ``import labutils`` inside an
+isolated cell that only calls :func:`emit` costs almost nothing):
 
 * run learner code isolated: :func:`run_isolated`, the ``%%isolate`` magic (``%load_ext labutils``),
-  :func:`emit`, :class:`RunResult`; leak checks :func:`find_strays`, :func:`leftover_shm`;
-* name the cause: :func:`explain` -> :class:`Diagnosis`;
+  :func:`emit`, :class:`RunResult`, :class:`StopRun`, :class:`IsolationError`; leak checks
+  :func:`find_strays`, :func:`leftover_shm`, :func:`private_shm_support`;
+* name the cause: :func:`explain` -> :class:`Diagnosis`; what blocks pickling: :func:`find_unpicklable`;
 * check the machine: :func:`doctor`, :func:`shm_budget`;
-* find what blocks pickling: :func:`find_unpicklable`;
-* reusable fixes: :mod:`labutils.kit.fixes`;
-* the interactive lab: :func:`lab`.
+* the interactive lab: :func:`lab`; the start-method switch: :mod:`startmethod`.
 
-Heavy or optional parts (torch, ipywidgets) are imported only when used, so that ``import labutils``
-stays cheap inside an isolated run.
+Everything else is imported from its module, one path per name: the meters and fixes the lessons use
+from ``labutils.kit.<module>`` (``measure``, ``deaths``, ``fixes``, ...), the runner's parts from
+``labutils.runner.<module>``, the probes from ``labutils.machine.<module>``.
 """
 
+import importlib
 import os
 import sys
 
-from . import lab
-from .diagnosis.diagnose import Diagnosis, Fix, explain
-from .diagnosis.pickling import Blocker, find_unpicklable, format_blockers
-from .kit import measure, triage
-from .kit.fixes import (
-    LazyFile,
-    PerWorkerResource,
-    QuarantineDataset,
-    QuarantineReport,
-    ResilientLoader,
-    Skipped,
-    collate_skip,
-    lazy_open,
-    make_worker_init,
-    worker_init_seed_and_faulthandler,
-)
-from .machine.doctor import CheckResult, DoctorReport, doctor, shm_budget
 from .runner import startmethod
-from .runner import startmethod as _startmethod
-from .runner.channel import emit
-from .runner.isolate import IsolationError, find_strays, leftover_shm, private_shm_support, run_isolated
-from .runner.result import ExceptionInfo, ProcessInfo, RunResult
-from .runner.spec import StopRun
 
-__all__ = [
-    "Blocker", "CheckResult", "Diagnosis", "DoctorReport", "ExceptionInfo", "Fix", "IsolationError",
-    "LazyFile", "PerWorkerResource", "ProcessInfo", "QuarantineDataset", "QuarantineReport",
-    "ResilientLoader", "RunResult", "Skipped", "StopRun", "collate_skip", "doctor", "emit", "explain", "find_strays",
-    "find_unpicklable", "format_blockers", "lab", "lazy_open", "leftover_shm", "make_worker_init",
-    "private_shm_support", "run_isolated", "shm_budget", "worker_init_seed_and_faulthandler",
-    "measure", "startmethod", "triage",
-]
+#: name -> the module (below this package) that defines it
+_FACE = {
+    "run_isolated": "runner.isolate", "find_strays": "runner.isolate", "leftover_shm": "runner.isolate",
+    "private_shm_support": "runner.isolate", "IsolationError": "runner.isolate",
+    "emit": "runner.channel", "RunResult": "runner.result", "StopRun": "runner.spec",
+    "explain": "diagnosis.diagnose", "Diagnosis": "diagnosis.diagnose",
+    "find_unpicklable": "diagnosis.pickling",
+    "doctor": "machine.doctor", "shm_budget": "machine.doctor",
+}
+_PACKAGES = ("commands", "diagnosis", "kit", "lab", "machine", "runner", "scenarios")
 
+__all__ = [*sorted(_FACE), "lab", "load_ipython_extension", "startmethod"]
+
+
+def __getattr__(name: str):
+    if name in _FACE:
+        value = getattr(importlib.import_module(f".{_FACE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    if name in _PACKAGES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'labutils' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*__all__, *_PACKAGES})
 
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext labutils`` registers the ``%%isolate`` cell magic (and applies the start-method switch)."""
     from .lab.magic import load_ipython_extension as _load
 
-    _startmethod.apply_requested()
+    startmethod.apply_requested()
     _load(ipython)
 
 
@@ -73,14 +70,16 @@ def _started_by_a_run() -> bool:
     other than the run's own main process (and its forks), whose bootstrap has decided the start method."""
     from .runner.warm import RUNNER_ENV
 
-    return bool(os.environ.get(RUNNER_ENV)) and not _startmethod.decided()
+    return bool(os.environ.get(RUNNER_ENV)) and not startmethod.decided()
 
 
 # The lab's start-method switch (LABUTILS_START_METHOD): a notebook kernel gets the same default as every
 # run, and so does a process that a run starts with its own interpreter (torchrun's ranks, a script run with
 # subprocess), as a newer Python would give them. The run's own main process gets it from its bootstrap,
 # the lab's pytest plugin in its own process. A learner's script run outside the lab keeps Python's default.
-if _in_notebook_kernel():
-    _startmethod.apply_requested()
-elif _started_by_a_run():  # a script as __main__, as in the run's own bootstrap: 3.14's fork server would preload it
-    _startmethod.apply_requested(emulate_preload=True)
+# Nothing is asked for (the usual case): nothing to decide, and nothing more is imported.
+if startmethod.requested():
+    if _in_notebook_kernel():
+        startmethod.apply_requested()
+    elif _started_by_a_run():  # a script as __main__, as in the bootstrap: 3.14's fork server would preload it
+        startmethod.apply_requested(emulate_preload=True)

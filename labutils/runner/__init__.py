@@ -4,3 +4,7 @@
 process; ``zygote``/``warm`` are the warm launcher; ``procs``/``pids``/``cgroup`` decide which processes
 are the run's and what limits them; ``result`` is the record a run returns.
 """
+
+from .._lazy import submodule_getattr
+
+__getattr__ = submodule_getattr(__name__)
