@@ -15,6 +15,7 @@ import pytest
 import labutils.runner.isolate as isolate
 from labutils import run_isolated
 from labutils.runner import cgroup as _cgroup
+from labutils.runner import spec
 
 WORKER_HOG = textwrap.dedent("""
     import torch
@@ -97,7 +98,7 @@ def test_a_worker_hog_is_killed_by_the_kernel_under_its_budget():
 
 
 def test_the_same_hog_with_cgroups_refused_is_killed_by_the_watchdog(monkeypatch):
-    monkeypatch.setenv(isolate.MEMORY_ENFORCEMENT_ENV, "watchdog")
+    monkeypatch.setenv(spec.MEMORY_ENFORCEMENT_ENV, "watchdog")
     r = run_isolated(WORKER_HOG, memory_budget=_budget(), timeout=120)
     assert r.memory_limit["enforced_by"] == "watchdog"
     assert r.outcome == "failed"

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Optional
 
 from . import capabilities as _caps
 from . import cgroup as _cgroup
@@ -42,16 +42,7 @@ from .ownership import find_strays, leftover_shm  # noqa: F401 - public here too
 from .procfs import _read_jsonl
 from .result import RunResult
 from .sizes import format_size
-from .spec import (  # noqa: F401
-    MEMORY_ENFORCEMENT_ENV,
-    MEMORY_ENFORCEMENTS,
-    MIN_MEMORY_BUDGET,
-    START_METHODS,
-    IsolationError,
-    RunSpec,
-    Target,
-    _cell_bytes,
-)
+from .spec import IsolationError, RunSpec, _cell_bytes, takes_run_options
 
 _BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
 _CHILD = str(Path(__file__).with_name("child.py"))
@@ -76,67 +67,19 @@ def private_shm_support() -> tuple:
 
 
 # --------------------------------------------------------------------------- the runner
-def run_isolated(
-    code: Optional[str] = None,
-    *,
-    file: Optional[Target] = None,
-    func: Union[Callable, str, None] = None,
-    args: Sequence[Any] = (),
-    kwargs: Optional[Mapping[str, Any]] = None,
-    argv: Sequence[str] = (),
-    start_method: Optional[str] = None,
-    timeout: Optional[float] = 60.0,
-    memory_budget: Union[int, str, None] = None,
-    shm_size: Union[int, str, None] = None,
-    nofile: Optional[int] = None,
-    env: Optional[Mapping[str, str]] = None,
-    notebook_main: bool = False,
-    max_processes: Optional[int] = None,
-    cwd: Optional[Target] = None,
-    sample_interval: float = 0.05,
-    memory_detail: bool = False,
-    python: Optional[str] = None,
-    memory_enforcement: Optional[str] = None,
-    stall: Optional[float] = None,
-    on_sample: Optional[Callable[[dict], Any]] = None,
-    on_event: Optional[Callable[[dict], Any]] = None,
-    launcher: Optional[str] = None,
-) -> RunResult:
+@takes_run_options
+def run_isolated(code: Optional[str] = None, **options) -> RunResult:
     """Run learner code in a fresh Python process and return what happened as a :class:`RunResult`.
 
     Give exactly one of ``code`` (the text of a cell; it is written to a real module file and run like
     ``python lab_cell.py``), ``file`` (a script, run unchanged with ``argv``) or ``func`` (a module-level
     callable or ``"module:function"``, called with ``args``/``kwargs``; its JSON-able return value is kept).
 
-    Limits, each enforced for this run only:
+    Every limit applies to this run only (each keyword is listed below, from the table in ``spec``);
+    a bad value is refused before anything starts, with one line naming it.
 
-    * ``start_method``: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (multiprocessing default if None), made
-      the run's default, not set: the script may still call ``set_start_method`` itself;
-    * ``timeout``: seconds before every process of the run is SIGKILLed (outcome ``timed_out``); a
-      Python stack dump of the main process and each DataLoader worker is taken first
-      (``result.stacks``). ``None`` waits forever (not advised);
-    * ``stall``: seconds without a delivered batch, while a DataLoader worker is alive, before the run is
-      stopped the same way (``result.stall`` says how many batches came and how long it was idle);
-    * ``memory_budget``: bytes or "600M" (at least 64 MiB) for the whole run. Where the OS lets the lab make
-      a memory-limited cgroup for the run, the kernel enforces it and its OOM killer picks the victim;
-      elsewhere the lab's watchdog SIGKILLs the largest process of the run when the run's summed PSS
-      (shared pages counted once, as the kernel charges them) exceeds it. ``result.memory_limit`` says
-      which; ``memory_enforcement`` (or ``LABUTILS_MEMORY_ENFORCEMENT``) forces ``"kernel"`` (the
-      outcome is ``unsupported`` where impossible) or ``"watchdog"``; ``"auto"`` is the default;
-    * ``shm_size``: the run sees a private tmpfs of that size on /dev/shm (Linux mount namespace); where the
-      OS refuses, the outcome is ``unsupported`` with the reason, and nothing runs;
-    * ``nofile``: soft RLIMIT_NOFILE inside the run (at most the hard limit); ``env``: extra environment
-      variables;
-    * ``max_processes``: at most that many tasks (processes and threads, as the kernel counts them) in the
-      run at once, so a fork beyond it is refused (``BlockingIOError: [Errno 11]``): a child pids cgroup
-      (``pids.max``) where the lab may make one, else RLIMIT_NPROC (not for root); else ``unsupported``;
-    * ``notebook_main``: run ``code`` (or the file's text) in a ``__main__`` without ``__file__``, as in a
-      notebook or ``python -c``: spawn/forkserver children cannot import classes defined there.
-
-    ``launcher``: ``"auto"`` (default, or ``LABUTILS_LAUNCHER``) starts the run from a warm template that
-    has imported torch already (``labutils.runner.warm``) where that is the same as a fresh process, else cold;
-    ``"cold"`` always starts a fresh interpreter; ``"warm"`` refuses runs that cannot start warm.
-    ``result.launcher`` says which was used and why a run started cold.
+    ``result.launcher`` says whether the run started from the warm template (``labutils.runner.warm``)
+    or cold, and why it started cold.
 
     ``memory_detail=True`` also samples USS/PSS of every process each ``sample_interval`` seconds into
     ``result.samples`` (costlier; for the memory lessons). For a live view, ``on_sample(dict)`` is called
@@ -149,24 +92,19 @@ def run_isolated(
 
     Only the run's own processes are ever signalled and only /dev/shm files the run created are removed.
     """
-    spec = RunSpec.build(code, file=file, func=func, args=args, kwargs=kwargs, argv=argv, start_method=start_method,
-                         timeout=timeout, memory_budget=memory_budget, shm_size=shm_size, nofile=nofile, env=env,
-                         notebook_main=notebook_main, max_processes=max_processes, cwd=cwd,
-                         sample_interval=sample_interval, memory_detail=memory_detail, python=python,
-                         memory_enforcement=memory_enforcement, stall=stall, on_sample=on_sample,
-                         on_event=on_event, launcher=launcher)
+    spec = RunSpec.build(code, **options)
     return _run(spec)
 
 
 def _run(spec: RunSpec) -> RunResult:
     options = spec.options()
     prefix: list = []
-    if spec.shm is not None:
+    if spec.shm_size is not None:
         prefix, reason = private_shm_support()
         if prefix is None:
-            return RunResult(outcome="unsupported", reason=f"shm_size={format_size(spec.shm)}: {reason}",
+            return RunResult(outcome="unsupported", reason=f"shm_size={format_size(spec.shm_size)}: {reason}",
                              options=options)
-    why_cold = _warm.refusal(spec.launcher, env=spec.env, prefix=prefix, budget=spec.budget,
+    why_cold = _warm.refusal(spec.launcher, env=spec.env, prefix=prefix, budget=spec.memory_budget,
                              detail=spec.memory_detail or spec.on_sample is not None, python=spec.python,
                              process_limit=spec.max_processes is not None, source=_source(spec))
     if spec.launcher == "warm" and why_cold is not None:
@@ -175,7 +113,7 @@ def _run(spec: RunSpec) -> RunResult:
     run_dir = _ownership.make_run_dir()
     group = RunGroup()
     try:
-        group = RunGroup.prepare(spec.budget, spec.enforcement, spec.max_processes)
+        group = RunGroup.prepare(spec.memory_budget, spec.memory_enforcement, spec.max_processes)
         if group.refusal is not None:
             return RunResult(outcome="unsupported", options=options, reason=group.refusal)
         if group.process_limit is not None:
@@ -194,9 +132,9 @@ def _source(spec: RunSpec) -> Optional[str]:
     """The learner's code, for the warm launcher's check of what it does before ``import torch``."""
     if spec.code is not None:
         return spec.code
-    if spec.path is not None:
+    if spec.file is not None:
         try:
-            with open(spec.path, encoding="utf-8", errors="replace") as fh:
+            with open(spec.file, encoding="utf-8", errors="replace") as fh:
                 return fh.read(1 << 20)
         except OSError:
             return None
@@ -211,8 +149,8 @@ def _write_config(spec: RunSpec, run_dir: str, group: RunGroup) -> dict:
         with open(path, "wb") as fh:
             fh.write(_cell_bytes(spec.code))
         cfg.update(mode=mode, path=path)
-    elif spec.path is not None:
-        cfg.update(mode=mode, path=spec.path)
+    elif spec.file is not None:
+        cfg.update(mode=mode, path=spec.file)
     else:
         module, qualname, _src = spec.func
         cfg.update(mode="func", module=module, qualname=qualname, args=spec.args, kwargs=spec.kwargs,
@@ -267,7 +205,7 @@ def _close_fds(*fds) -> None:
 def _command(spec: RunSpec, run_dir: str, prefix: list, group: RunGroup) -> list:
     cmd = [spec.python, _BOOTSTRAP, run_dir]
     if prefix:
-        mount = f"mount -t tmpfs -o size={spec.shm},mode=1777 tmpfs {_SHM} && exec \"$@\""
+        mount = f"mount -t tmpfs -o size={spec.shm_size},mode=1777 tmpfs {_SHM} && exec \"$@\""
         cmd = [*prefix, "sh", "-c", mount, "sh", *cmd]
     return [*group.prefix, *cmd]
 
@@ -397,7 +335,7 @@ def _collect(run: _Run, how: str, shm_before: set) -> RunResult:
         run.ticks.setdefault(rec.get("pid"), rec.get("start_ticks"))
     run.processes_seen = len(procs.known)
     procs.close()
-    if not run.spec.shm:
+    if not run.spec.shm_size:
         owned = _ownership.owned_shm(shm_before, run.run_dir, run.ticks)
         run.removed, run.leftover = _ownership.remove_files(owned)
         recorded = {r["name"] for r in _read_jsonl(os.path.join(run.run_dir, _rd.CREATED_SHM))

@@ -1,9 +1,27 @@
-"""The arguments of one isolated run, checked once: :class:`RunSpec`, built by :func:`RunSpec.build` from
-``run_isolated``'s keywords. Every bad value is refused here, before any resource (a directory, an fd, a
-cgroup, a process) is taken, with one line that names the argument and what is allowed."""
+"""The options of one isolated run, declared once in a table, and checked once.
+
+:data:`OPTIONS` holds one :class:`Option` row per keyword of :func:`labutils.run_isolated`: its name, type,
+default, command-line flag and help. Everything else is built from the table: ``run_isolated``'s keywords
+(its signature and the list in its docstring), the fields of :class:`RunSpec`, and the flags a front end
+adds with :func:`add_run_options`. A new run limit is one row here (plus what the runner does with it).
+
+:meth:`RunSpec.build` checks every value once, before any resource (a directory, an fd, a cgroup, a
+process) is taken. A bad value is one line that names the argument and what is allowed
+(``shm_size=0: is below 64 KiB; give e.g. '8M'``); on a command line the same error names the flag
+(``exc.for_option()`` gives ``--shm-size 0: is below 64 KiB; give e.g. '8M'``). A front end::
+
+    parser = argparse.ArgumentParser(prog="mytool")
+    add_run_options(parser, ["timeout", "shm_size"], timeout=None)   # this tool's own default
+    args = parser.parse_args(["--shm-size", "0"])
+    try:
+        result = run_isolated(file="train.py", **run_options(args))
+    except IsolationError as exc:
+        parser.error(exc.for_option())   # --shm-size 0: is below 64 KiB; give e.g. '8M'
+"""
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import math
@@ -11,11 +29,15 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import Any, Callable, Mapping, Optional, Union
+import textwrap
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
+from . import startmethod as _startmethod
+from .pids import MIN_MAX_PROCESSES
 from .sizes import format_size, parse_size
+from .warm import LAUNCHER_ENV, LAUNCHERS
 
 START_METHODS = ("fork", "spawn", "forkserver")
 MIN_MEMORY_BUDGET = 64 * 2**20
@@ -34,7 +56,7 @@ class IsolationError(ValueError):
     """A run_isolated argument the runner cannot honour; the message says what to do.
 
     For a bad value of one argument, ``argument`` (the Python name, e.g. ``"shm_size"``), ``value`` and
-    ``problem`` are set too, so that a front end can name its own option: ``exc.for_option("--shm-size")``.
+    ``problem`` are set too, so that a front end can name its option: ``exc.for_option()``.
     """
 
     def __init__(self, message: str, *, argument: Optional[str] = None, value: Any = None,
@@ -42,9 +64,13 @@ class IsolationError(ValueError):
         super().__init__(message)
         self.argument, self.value, self.problem = argument, value, problem
 
-    def for_option(self, option: str) -> str:
-        """The message with the front end's name for the argument: ``--shm-size 0: is below 64 KiB...``."""
-        if self.argument is None or self.problem is None:
+    def for_option(self, option: Optional[str] = None) -> str:
+        """The message with a command line's name for the argument: ``--shm-size 0: is below 64 KiB...``.
+
+        ``option`` defaults to the argument's flag in :data:`OPTIONS`; with neither, the message is as is."""
+        row = _BY_NAME.get(self.argument)
+        option = option or (row.flag if row is not None else None)
+        if option is None or self.problem is None:
             return str(self)
         value = str(self.value)
         return f"{option} {value if value and not any(c.isspace() for c in value) else repr(value)}: {self.problem}"
@@ -109,15 +135,6 @@ def _cell_bytes(code: str) -> bytes:
     return code.encode("utf-8")
 
 
-def _enforcement(value: Optional[str]) -> str:
-    chosen = value if value is not None else (os.environ.get(MEMORY_ENFORCEMENT_ENV, "").strip() or "auto")
-    if chosen not in MEMORY_ENFORCEMENTS:
-        argument = "memory_enforcement" if value is not None else MEMORY_ENFORCEMENT_ENV
-        raise _bad(argument, chosen, f"use one of {', '.join(MEMORY_ENFORCEMENTS)}")
-    return chosen
-
-
-
 def _hard_nofile() -> Optional[int]:
     try:
         import resource
@@ -125,7 +142,6 @@ def _hard_nofile() -> Optional[int]:
         return None
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     return None if hard == resource.RLIM_INFINITY else hard
-
 
 
 def _seconds(argument: str, value: Any, low: float = 0.0, high: Optional[float] = None, none_ok: bool = True):
@@ -151,60 +167,60 @@ def _path_arg(argument: str, value: Any) -> str:
     return text
 
 
-def _cwd_arg(value: Any) -> Optional[str]:
+def _cwd_arg(argument: str, value: Any) -> Optional[str]:
     if value is None:
         return None
-    path = _path_arg("cwd", value)
+    path = _path_arg(argument, value)
     if not os.path.isdir(path):
-        raise _bad("cwd", path, "is not an existing directory; give the folder the run should start in")
+        raise _bad(argument, path, "is not an existing directory; give the folder the run should start in")
     return os.path.abspath(path)
 
 
-def _env_arg(value: Any) -> dict:
+def _env_arg(argument: str, value: Any) -> dict:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise _bad("env", value, "give a dict of environment variables, {'NAME': 'value'}")
+        raise _bad(argument, value, "give a dict of environment variables, {'NAME': 'value'}")
     out = {}
     for key, val in value.items():
         if not isinstance(key, str) or not key or "=" in key or "\0" in key:
-            raise _bad("env", {key: val}, "a variable's name must be a non-empty str without '=' or NUL")
+            raise _bad(argument, {key: val}, "a variable's name must be a non-empty str without '=' or NUL")
         if isinstance(val, bool) or not isinstance(val, (str, int, float)):
-            raise _bad("env", {key: val}, "a variable's value must be a str (or a number)")
+            raise _bad(argument, {key: val}, "a variable's value must be a str (or a number)")
         text = str(val)
         if "\0" in text:
-            raise _bad("env", {key: val}, "a variable's value cannot hold a NUL character")
+            raise _bad(argument, {key: val}, "a variable's value cannot hold a NUL character")
         out[key] = text
     method = out.get("LABUTILS_START_METHOD", "").strip()
     if method and method not in START_METHODS:
-        raise _bad("env", {"LABUTILS_START_METHOD": method}, f"use one of {', '.join(START_METHODS)}")
+        raise _bad(argument, {"LABUTILS_START_METHOD": method}, f"use one of {', '.join(START_METHODS)}")
     return out
 
 
-def _python_arg(value: Any) -> str:
+def _python_arg(argument: str, value: Any) -> str:
     if value is None:
         return sys.executable
-    path = _path_arg("python", value)
+    path = _path_arg(argument, value)
     found = path if os.sep in path else shutil.which(path)
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
-        raise _bad("python", path, "is not an executable Python interpreter; give its path (e.g. sys.executable)")
+        raise _bad(argument, path, "is not an executable Python interpreter; give its path (e.g. sys.executable)")
     return found
 
 
-def _argv_arg(value: Any) -> list:
+def _argv_arg(argument: str, value: Any) -> list:
     if isinstance(value, (str, bytes)):
-        raise _bad("argv", value, "give a list of strings, e.g. ['--epochs', '3'] (a str would be split into "
+        raise _bad(argument, value, "give a list of strings, e.g. ['--epochs', '3'] (a str would be split into "
                    "characters)")
     try:
         items = list(value)
     except TypeError:
-        raise _bad("argv", value, "give a list of strings, e.g. ['--epochs', '3']") from None
+        raise _bad(argument, value, "give a list of strings, e.g. ['--epochs', '3']") from None
     out = []
     for item in items:
         if isinstance(item, os.PathLike):
             item = os.fspath(item)
         if not isinstance(item, str) or "\0" in item:
-            raise _bad("argv", value, "every item must be a str without NUL characters")
+            raise _bad(argument, value, "every item must be a str without NUL characters")
         out.append(item)
     return out
 
@@ -223,122 +239,224 @@ def _flag(argument: str, value: Any) -> bool:
     return value
 
 
+def _given(argument: str, value: Any) -> Any:
+    """What to run (``file``, ``func``, ``args``, ``kwargs``): checked together by :meth:`RunSpec._target`."""
+    return value
+
+
+def _choice(choices: tuple, env: Optional[str] = None) -> Callable[[str, Any], Optional[str]]:
+    """A check: one of ``choices``; None means ``env``'s value where there is one, else ``choices[0]``."""
+
+    def check(argument: str, value: Any) -> Optional[str]:
+        if value is None and env is None:
+            return None
+        chosen = value if value is not None else (os.environ.get(env, "").strip() or choices[0])
+        if chosen not in choices:
+            raise _bad(argument if value is not None else env, chosen, f"use one of {', '.join(choices)}")
+        return chosen
+
+    return check
+
+
+def _start_method(argument: str, value: Any) -> Optional[str]:
+    method = _choice(START_METHODS)(argument, value)
+    if method is not None and method != "spawn" and sys.platform == "win32":
+        raise IsolationError("only 'spawn' exists on Windows; run the lab under WSL for fork/forkserver")
+    return method
+
+
+def _budget(argument: str, value: Any) -> Optional[int]:
+    size = _size_arg(argument, value) if value is not None else None
+    if size is not None and size < MIN_MEMORY_BUDGET:
+        raise _bad(argument, value,
+                   f"is {format_size(size)}, below the lab's floor of {format_size(MIN_MEMORY_BUDGET)}: a "
+                   "Python process with torch needs more than that before your code runs, so the run would "
+                   "be killed at start-up; give e.g. '600M'")
+    return size
+
+
+def _shm(argument: str, value: Any) -> Optional[int]:
+    size = _size_arg(argument, value) if value is not None else None
+    if size is not None and size < 64 * 1024:
+        raise _bad(argument, value, "is below 64 KiB; give e.g. '8M'")
+    return size
+
+
+def _nofile(argument: str, value: Any) -> Optional[int]:
+    count = _int_arg(argument, value, 16, "Python needs a few fds")
+    hard = _hard_nofile()
+    if count is not None and hard is not None and count > hard:
+        raise _bad(argument, value, f"is above this machine's hard limit of {hard} open files "
+                   f"(`ulimit -Hn`); give at most {hard}")
+    return count
+
+
+def _listener(argument: str, value: Any) -> Optional[Callable]:
+    if value is not None and not callable(value):
+        raise _bad(argument, value, "give a function that takes one dict")
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row of :data:`OPTIONS`: a keyword of ``run_isolated``, a field of :class:`RunSpec` and, where
+    ``flag`` is set, an option of the command lines built with :func:`add_run_options`.
+
+    ``check(name, value)`` returns the value the run uses or raises :class:`IsolationError`; ``parse`` says
+    how a command line's text becomes the value (``str``, ``int``, ``float``; ``bool``: a switch; ``dict``:
+    ``KEY=VALUE``, repeatable), before ``check`` sees it. ``report``: shown in ``result.options``."""
+
+    name: str
+    type: str
+    default: Any
+    flag: Optional[str]
+    help: str
+    check: Callable[[str, Any], Any] = _given
+    parse: type = str
+    metavar: Optional[str] = None
+    report: bool = False
+
+
+def _metavar(choices: tuple) -> str:
+    return "{" + ",".join(choices) + "}"
+
+
+#: The run options, in ``run_isolated``'s order (after ``code``, the cell's text).
+OPTIONS = (
+    Option("file", "Optional[Target]", None, None, "a script to run unchanged (with argv), as python runs it"),
+    Option("func", "Union[Callable, str, None]", None, None,
+           "a module-level callable or 'module:function', called with args and kwargs; its JSON-able return "
+           "value is kept"),
+    Option("args", "Sequence[Any]", (), None, "positional arguments for func (JSON values)"),
+    Option("kwargs", "Optional[Mapping[str, Any]]", None, None, "keyword arguments for func (JSON values)"),
+    Option("argv", "Sequence[str]", (), None, "the script's sys.argv[1:]", _argv_arg),
+    Option("start_method", "Optional[str]", None, "--start-method",
+           "fork, spawn or forkserver, made the run's multiprocessing default (not set: the script may still "
+           "call set_start_method); Python's default where not given", _start_method,
+           metavar=_metavar(START_METHODS), report=True),
+    Option("timeout", "Optional[float]", 60.0, "--timeout",
+           "seconds before every process of the run is SIGKILLed (outcome timed_out), after a Python stack "
+           "dump of the main process and each DataLoader worker (result.stacks); None waits forever",
+           _seconds, float, "SECONDS", report=True),
+    Option("memory_budget", "Union[int, str, None]", None, "--memory-budget",
+           "memory limit of the whole run, bytes or a size such as 600M (at least 64 MiB): the kernel's OOM "
+           "killer in a cgroup of the run's own where the OS allows, else the lab's watchdog SIGKILLs the "
+           "largest process when the run's summed PSS exceeds it (result.memory_limit says which)",
+           _budget, metavar="SIZE", report=True),
+    Option("shm_size", "Union[int, str, None]", None, "--shm-size",
+           "a private tmpfs of that size on the run's /dev/shm (e.g. 8M; a Linux mount namespace); where the "
+           "OS refuses, the outcome is unsupported with the reason and nothing runs",
+           _shm, metavar="SIZE", report=True),
+    Option("nofile", "Optional[int]", None, "--nofile",
+           "the run's soft RLIMIT_NOFILE (open files; at least 16, at most the hard limit)",
+           _nofile, int, "N", report=True),
+    Option("env", "Optional[Mapping[str, str]]", None, "--env", "extra environment variables of the run",
+           _env_arg, dict, "KEY=VALUE", report=True),
+    Option("notebook_main", "bool", False, "--notebook-main",
+           "run the code (or the file's text) in a __main__ without __file__, as a notebook or python -c "
+           "does: spawn and forkserver workers cannot import classes defined there", _flag, bool, report=True),
+    Option("max_processes", "Optional[int]", None, "--max-processes",
+           "at most that many tasks (processes and threads, as the kernel counts them) in the run at once, so "
+           "that a fork beyond it is refused (BlockingIOError, errno 11): a pids cgroup where the lab may "
+           "make one, else RLIMIT_NPROC (not for root), else the outcome is unsupported",
+           partial(_int_arg, low=MIN_MAX_PROCESSES, why="the run's main process and its threads"), int, "N",
+           report=True),
+    Option("cwd", "Optional[Target]", None, None, "the folder the run starts in (and where a relative file is)",
+           _cwd_arg),
+    Option("sample_interval", "float", 0.05, None, "seconds between the monitor's samples (0.01 to 60)",
+           partial(_seconds, low=0.01, high=60.0, none_ok=False), float),
+    Option("memory_detail", "bool", False, "--memory-detail",
+           "also sample every process's USS and PSS into result.samples (costlier; for the memory lessons)",
+           _flag, bool),
+    Option("python", "Optional[str]", None, None, "the interpreter of the run (default: this one)", _python_arg),
+    Option("memory_enforcement", "Optional[str]", None, "--memory-enforcement",
+           f"who enforces memory_budget: auto, kernel (the outcome is unsupported where impossible) or "
+           f"watchdog; default {MEMORY_ENFORCEMENT_ENV}, else auto",
+           _choice(MEMORY_ENFORCEMENTS, MEMORY_ENFORCEMENT_ENV), metavar=_metavar(MEMORY_ENFORCEMENTS),
+           report=True),
+    Option("stall", "Optional[float]", None, "--stall",
+           "seconds without a delivered batch, while a DataLoader worker is alive, before the run is stopped "
+           "as at its timeout (result.stall says how many batches came and how long it was idle)",
+           _seconds, float, "SECONDS", report=True),
+    Option("on_sample", "Optional[Callable[[dict], Any]]", None, None,
+           "called from the monitor thread with each sample of each process (described above)", _listener),
+    Option("on_event", "Optional[Callable[[dict], Any]]", None, None,
+           "called for each process death seen (described above)", _listener),
+    Option("launcher", "Optional[str]", None, "--launcher",
+           f"auto (start from a warm template that has imported torch where that equals a fresh process, else "
+           f"cold), cold (always a fresh interpreter) or warm (refuse runs that cannot start warm); default "
+           f"{LAUNCHER_ENV}, else auto", _choice(LAUNCHERS, LAUNCHER_ENV), metavar=_metavar(LAUNCHERS),
+           report=True),
+)
+_BY_NAME = {o.name: o for o in OPTIONS}
 #: run_isolated's keywords and their defaults (besides ``code``)
-KEYWORDS = dict(file=None, func=None, args=(), kwargs=None, argv=(), start_method=None, timeout=60.0,
-                memory_budget=None, shm_size=None, nofile=None, env=None, notebook_main=False, max_processes=None,
-                cwd=None, sample_interval=0.05, memory_detail=False, python=None, memory_enforcement=None,
-                stall=None, on_sample=None, on_event=None, launcher=None)
+KEYWORDS = {o.name: o.default for o in OPTIONS}
+
+
+def option(name: str) -> Option:
+    """The row of one option: ``option("shm_size").flag == "--shm-size"``."""
+    return _BY_NAME[name]
+
+
+def _with_options(cls):
+    """Give the class one field per row of :data:`OPTIONS`, after its own (for :func:`dataclass`)."""
+    for row in OPTIONS:
+        cls.__annotations__[row.name] = row.type
+        setattr(cls, row.name, row.default)
+    return cls
 
 
 @dataclass
+@_with_options
 class RunSpec:
-    """One isolated run, validated: what to run, its limits and its listeners."""
+    """One isolated run, validated: what to run (``mode``: "code", "file" or "func"), and a field per row of
+    :data:`OPTIONS` holding the checked value (``file`` the script's absolute path, ``func`` a tuple
+    ``(module, qualname, source file)``, ``memory_budget`` and ``shm_size`` in bytes, ``env`` a dict)."""
 
-    mode: str  # "code", "file" or "func"
+    mode: str
     code: Optional[str] = None
-    path: Optional[str] = None  # the script (mode "file")
-    func: tuple = ()  # (module, qualname, source file) for mode "func"
-    args: list = field(default_factory=list)
-    kwargs: dict = field(default_factory=dict)
-    argv: list = field(default_factory=list)
-    start_method: Optional[str] = None
-    lab_default: Optional[str] = None
-    timeout: Optional[float] = 60.0
-    budget: Optional[int] = None
-    shm: Optional[int] = None
-    nofile: Optional[int] = None
-    env: dict = field(default_factory=dict)
-    notebook_main: bool = False
-    max_processes: Optional[int] = None
-    cwd: Optional[str] = None
-    sample_interval: float = 0.05
-    memory_detail: bool = False
-    python: str = sys.executable
-    enforcement: str = "auto"
-    stall: Optional[float] = None
-    on_sample: Optional[Callable] = None
-    on_event: Optional[Callable] = None
-    launcher: str = "auto"
+    lab_default: Optional[str] = None  # the start method LABUTILS_START_METHOD asks for
 
     @classmethod
     def build(cls, code=None, **keywords) -> "RunSpec":
         """Check every keyword of ``run_isolated`` (same names, same defaults, same meaning: see
-        :data:`KEYWORDS`); raise IsolationError naming the first bad one."""
+        :data:`OPTIONS`); raise IsolationError naming the first bad one."""
         unknown = sorted(set(keywords) - set(KEYWORDS))
         if unknown:
             raise TypeError(f"run_isolated() got unexpected keyword arguments: {', '.join(unknown)}")
-        a = SimpleNamespace(**{**KEYWORDS, **keywords})
-        if sum(x is not None for x in (code, a.file, a.func)) != 1:
+        given = {**KEYWORDS, **keywords}
+        if sum(given[name] is not None for name in ("file", "func")) + (code is not None) != 1:
             raise IsolationError("give exactly one of code=, file= or func=")
-        if a.start_method is not None and a.start_method not in START_METHODS:
-            raise _bad("start_method", a.start_method, f"use one of {', '.join(START_METHODS)}")
-        if a.start_method is not None and a.start_method != "spawn" and sys.platform == "win32":
-            raise IsolationError("only 'spawn' exists on Windows; run the lab under WSL for fork/forkserver")
-        spec = cls(mode="code" if code is not None else "file" if a.file is not None else "func",
-                   argv=_argv_arg(a.argv), start_method=a.start_method, cwd=_cwd_arg(a.cwd),
-                   timeout=_seconds("timeout", a.timeout), stall=_seconds("stall", a.stall),
-                   sample_interval=_seconds("sample_interval", a.sample_interval, 0.01, 60.0, none_ok=False),
-                   env=_env_arg(a.env), python=_python_arg(a.python), enforcement=_enforcement(a.memory_enforcement),
-                   notebook_main=_flag("notebook_main", a.notebook_main),
-                   memory_detail=_flag("memory_detail", a.memory_detail))
-        spec._limits(a.memory_budget, a.shm_size, a.nofile, a.max_processes)
-        spec._target(code, a.file, a.func, a.args, a.kwargs)
-        for name in ("on_sample", "on_event"):
-            fn = getattr(a, name)
-            if fn is not None and not callable(fn):
-                raise _bad(name, fn, "give a function that takes one dict")
-        spec.on_sample, spec.on_event = a.on_sample, a.on_event
-        from . import startmethod as _startmethod
-        from . import warm as _warm
-
+        values = {row.name: row.check(row.name, given[row.name]) for row in OPTIONS}
         try:
-            spec.lab_default = _startmethod.requested()
-            spec.launcher = _warm.launcher_setting(a.launcher)
+            lab_default = _startmethod.requested()
         except ValueError as exc:
             raise IsolationError(str(exc)) from None
+        mode = "code" if code is not None else "file" if values["file"] is not None else "func"
+        spec = cls(mode=mode, lab_default=lab_default, **values)
+        spec._target(code)
         return spec
 
-    def _limits(self, memory_budget, shm_size, nofile, max_processes) -> None:
-        from .pids import MIN_MAX_PROCESSES
-
-        budget = _size_arg("memory_budget", memory_budget) if memory_budget is not None else None
-        if budget is not None and budget < MIN_MEMORY_BUDGET:
-            raise _bad("memory_budget", memory_budget,
-                       f"is {format_size(budget)}, below the lab's floor of {format_size(MIN_MEMORY_BUDGET)}: a "
-                       "Python process with torch needs more than that before your code runs, so the run would "
-                       "be killed at start-up; give e.g. '600M'")
-        shm = _size_arg("shm_size", shm_size) if shm_size is not None else None
-        if shm is not None and shm < 64 * 1024:
-            raise _bad("shm_size", shm_size, "is below 64 KiB; give e.g. '8M'")
-        self.nofile = _int_arg("nofile", nofile, 16, "Python needs a few fds")
-        hard = _hard_nofile()
-        if self.nofile is not None and hard is not None and self.nofile > hard:
-            raise _bad("nofile", nofile, f"is above this machine's hard limit of {hard} open files "
-                       f"(`ulimit -Hn`); give at most {hard}")
-        self.max_processes = _int_arg("max_processes", max_processes, MIN_MAX_PROCESSES,
-                                      "the run's main process and its threads")
-        self.budget, self.shm = budget, shm
-
-    def _target(self, code, file, func, args, kwargs) -> None:
-        if self.notebook_main and func is not None:
+    def _target(self, code) -> None:
+        if self.notebook_main and self.mode == "func":
             raise IsolationError("notebook_main=True needs code= or file=, not func=")
-        if code is not None:
+        if self.mode == "code":
             if not isinstance(code, str):
                 raise _bad("code", code, "give the cell's text as a str")
             _cell_bytes(code)  # a bad coding cookie is refused now, not after the run dir exists
             self.code = code
-        elif file is not None:
-            text = _path_arg("file", file)
+        elif self.mode == "file":
+            text = _path_arg("file", self.file)
             path = os.path.abspath(os.path.join(self.cwd or os.getcwd(), text))
             if os.path.isdir(path):
                 raise _bad("file", text, "is a directory; give the script's .py file")
             if not os.path.isfile(path):
                 raise _bad("file", text, "does not exist" + (f" in cwd={self.cwd}" if self.cwd and not
                                                              os.path.isabs(text) else "") + "; check the path")
-            self.path = path
+            self.file = path
         else:
-            self.func = _resolve_func(func)
-            self.args, self.kwargs = list(args), dict(kwargs or {})
+            self.func = _resolve_func(self.func)
+            self.args, self.kwargs = list(self.args), dict(self.kwargs or {})
             try:
                 json.dumps([self.args, self.kwargs])
             except (TypeError, ValueError) as exc:
@@ -346,10 +464,61 @@ class RunSpec:
 
     def options(self) -> dict:
         """The run's settings as ``result.options`` reports them."""
-        out = {"start_method": self.start_method, "lab_default_start_method": self.lab_default,
-               "timeout": self.timeout, "memory_budget": self.budget, "shm_size": self.shm, "nofile": self.nofile,
-               "notebook_main": self.notebook_main, "env": dict(self.env), "memory_enforcement": self.enforcement,
-               "stall": self.stall, "launcher": self.launcher}
-        if self.max_processes is not None:
-            out["max_processes"] = self.max_processes
+        out = {row.name: getattr(self, row.name) for row in OPTIONS if row.report}
+        out.update(env=dict(self.env), lab_default_start_method=self.lab_default)
         return out
+
+
+def takes_run_options(func: Callable) -> Callable:
+    """Give ``func(code=None, **options)`` the table's keywords as its signature, and the table's help as
+    the list of keywords in its docstring (what ``help(run_isolated)`` and a notebook's ``?`` show)."""
+    first = inspect.Parameter("code", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                              annotation="Optional[str]")
+    rest = [inspect.Parameter(row.name, inspect.Parameter.KEYWORD_ONLY, default=row.default, annotation=row.type)
+            for row in OPTIONS]
+    func.__signature__ = inspect.signature(func).replace(parameters=[first, *rest])
+    lines = [textwrap.fill(f"* ``{row.name}`` (default ``{row.default!r}``): {row.help}", 108,
+                           initial_indent="    ", subsequent_indent="      ") for row in OPTIONS]
+    func.__doc__ = (func.__doc__ or "") + "\n    Keywords (:data:`labutils.runner.spec.OPTIONS`):\n\n" + \
+        "\n".join(lines) + "\n"
+    return func
+
+
+class _KeyValue(argparse.Action):
+    """``--env KEY=VALUE``, repeatable, into one dict."""
+
+    def __call__(self, parser, namespace, text, option_string=None):
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentError(self, f"{text!r}: give KEY=VALUE")
+        setattr(namespace, self.dest, {**(getattr(namespace, self.dest, None) or {}), key: value})
+
+
+def add_run_options(parser, names: Optional[Iterable[str]] = None, **defaults) -> None:
+    """Add to an argparse ``parser`` the flag of each option in ``names`` (default: every row with a flag).
+
+    A keyword overrides an option's default for this front end (``timeout=None``); an option neither given
+    on the command line nor defaulted here is left out of the namespace, so run_isolated's own default
+    applies. Values are converted only (``--nofile x`` is argparse's error); they are checked by
+    :meth:`RunSpec.build`, whose :class:`IsolationError` names the flag with ``exc.for_option()``."""
+    rows = [row for row in OPTIONS if row.flag] if names is None else [option(name) for name in names]
+    for row in rows:
+        if row.flag is None:
+            raise ValueError(f"run option {row.name!r} has no command-line flag")
+        default = defaults.get(row.name, argparse.SUPPRESS)
+        shown = defaults.get(row.name, row.default)
+        kw: dict = {"dest": row.name, "default": default,
+                    "help": row.help + ("" if shown in (None, False) else f" (default: {shown})")}
+        if row.parse is bool:
+            kw["action"] = "store_true"
+        elif row.parse is dict:
+            kw.update(action=_KeyValue, metavar=row.metavar)
+        else:
+            kw.update(type=row.parse, metavar=row.metavar)
+        parser.add_argument(row.flag, **kw)
+
+
+def run_options(namespace: argparse.Namespace) -> dict:
+    """The run_isolated keywords in a namespace parsed with :func:`add_run_options`:
+    ``run_isolated(file=args.script, **run_options(args))``."""
+    return {row.name: getattr(namespace, row.name) for row in OPTIONS if hasattr(namespace, row.name)}
