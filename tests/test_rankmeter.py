@@ -9,7 +9,8 @@ import textwrap
 import pytest
 
 import labutils
-from labutils.kit.rankmeter import RunShmMeter, held_shm
+from labutils.kit.rankmeter import RunShmMeter
+from labutils.kit.shmfiles import held_shm
 from labutils.runner.procs import start_ticks
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or not os.path.isdir("/dev/shm"),

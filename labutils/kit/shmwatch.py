@@ -25,10 +25,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..runner import startmethod
+from ..runner import isolate, startmethod
 from ..runner.sizes import format_size
+from .shmfiles import SHM_PATH, maps_extents, shm_root
 
-SHM_PATH = "/dev/shm"
 MiB = 2**20
 
 #: Set to ``off`` to make :func:`plan` behave as where ``unshare`` is refused (Docker's default seccomp,
@@ -309,9 +309,7 @@ def plan(
         reason = f"{ENV_PRIVATE}={env.get(ENV_PRIVATE)} (as where unshare is refused)"
     else:
         if private is None:
-            from ..runner.isolate import private_shm_support
-
-            private = private_shm_support()
+            private = isolate.private_shm_support()
         prefix, reason = private
         if prefix is not None:
             return ShmPlan("private", "this machine allows a private mount namespace", LESSON_SHM,
@@ -341,13 +339,11 @@ def shm_names(path: str = SHM_PATH) -> set:
 
 def _mapped_inodes(path: str) -> set:
     """Inodes of the files under ``path`` that any process maps (the maps reader of notebook 12's meter)."""
-    from .rankmeter import _maps_extents, _shm_root  # rankmeter imports this module at its top
-
-    root, sizes = _shm_root(path), {}
+    root, sizes = shm_root(path), {}
     for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if pid.isdigit():
             try:
-                _maps_extents(pid, sizes, root)
+                maps_extents(pid, sizes, root)
             except (OSError, ValueError, IndexError):  # gone, or not ours to read
                 continue
     return {inode for _dev, inode in sizes}
@@ -419,8 +415,6 @@ def refuse_private_mounts(plan_: ShmPlan) -> bool:
     """
     if not plan_.forced:
         return False
-    from ..runner import isolate
-
     isolate._shm_support = (None, plan_.reason)
     return True
 

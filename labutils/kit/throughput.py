@@ -15,9 +15,13 @@ imports torch at module import time.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import statistics
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
+
+from ..runner.startmethod import current
 
 __all__ = ["SetThreads", "batch_len", "interleaved", "median", "preload_forkserver", "ratio", "time_epochs"]
 
@@ -124,11 +128,6 @@ def preload_forkserver(modules: Sequence[str] = ("torch",), start: bool = True) 
     own torch import; the seconds that took are returned. Otherwise None. Nothing changes under fork or
     spawn, which have no fork server.
     """
-    import multiprocessing
-    import os
-
-    from ..runner.startmethod import current
-
     names = [modules] if isinstance(modules, str) else list(modules)
     if not names or not all(isinstance(m, str) and m for m in names):
         raise ValueError(f"modules must be module names such as 'torch', not {modules!r}")
