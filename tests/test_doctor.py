@@ -14,6 +14,7 @@ import types
 import pytest
 
 from labutils.machine.doctor import CheckResult, DoctorReport, doctor, doctor_main, shm_budget
+from labutils.runner import startmethod
 from labutils.runner.sizes import format_size, parse_size
 
 # The module itself: the package attribute `labutils.machine.doctor` is the doctor() function it re-exports.
@@ -179,15 +180,21 @@ def test_notebook_main_warns_for_spawn_but_not_for_fork(monkeypatch):
         assert doctor(start_method="fork")["main_importable"].status == "OK"
 
 
-def test_start_method_check_names_the_default():
-    check = doctor()["start_method"]
-    assert check.status == "OK"
-    expected = {"darwin": "spawn", "win32": "spawn"}.get(
-        sys.platform, "forkserver" if sys.version_info >= (3, 14) else "fork"
-    )
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_start_method_check_names_the_default(monkeypatch, method):
+    """The default the check names is the one the lab's switch set, not one re-derived by the code's fallback."""
     import multiprocessing
 
-    assert check.data["default"] == (multiprocessing.get_start_method(allow_none=True) or expected)
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} does not exist on {sys.platform}")
+    monkeypatch.setenv("LABUTILS_START_METHOD", method)
+    before = multiprocessing.get_start_method(allow_none=True)
+    try:
+        startmethod.apply_requested()
+        check = doctor()["start_method"]
+    finally:
+        multiprocessing.set_start_method(before, force=True)
+    assert check.status == "OK" and check.data["default"] == method, check
 
 
 def test_cgroup_memory_parsing(monkeypatch):
