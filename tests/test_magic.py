@@ -63,3 +63,62 @@ def test_isolate_can_force_the_watchdog(shell):
     hog_result = shell.user_ns["hog"]
     assert hog_result.signal == 9 and hog_result.memory_limit["enforced_by"] == "watchdog"
     assert hog_result.watchdog_kills
+
+
+def test_the_card_opens_with_the_cause(shell):
+    from labutils.lab import magic
+
+    shown = magic.isolate_cell("-o seg", "import ctypes\nctypes.string_at(0)\n", shell.user_ns)
+    page = shown._repr_html_()
+    assert page.index("cause: <code>") < page.index("killed by SIGSEGV"), page
+    assert "show the lab's diagnosis" not in page
+    # display(result) after %load_ext shows the same card (the extension registers it for RunResult)
+    assert "cause: <code>" in shell.display_formatter.format(shell.user_ns["seg"])[0]["text/html"]
+    assert str(shown).splitlines()[0].startswith("cause: ")
+
+
+def test_hide_cause_folds_the_diagnosis_below_the_evidence(shell):
+    from labutils.lab import magic
+
+    shown = magic.isolate_cell("-o hid --hide-cause", "import ctypes\nctypes.string_at(0)\n", shell.user_ns)
+    assert shell.user_ns["hid"].outcome == "failed"
+    page = shown._repr_html_()
+    fold = page.index("<details><summary>show the lab's diagnosis</summary>")
+    assert page.count("cause: <code>") == 1 and page.index("cause: <code>") > fold, page
+    assert page.index("killed by SIGSEGV") < fold  # the evidence is in sight, above the fold
+    assert page.rstrip().endswith("</details></div>")  # the fold is the card's last block
+    text = str(shown).splitlines()
+    assert "What killed it?" in text[0] and text[-1].startswith("the lab's diagnosis: cause: ")
+
+
+def test_the_card_shows_the_learners_frames_not_the_lab_runner():
+    from labutils.lab.card import learner_lines
+
+    tb = ['Traceback (most recent call last):',
+          '  File "/x/labutils/runner/bootstrap.py", line 426, in _run_as_main',
+          '    exec(code, ns)',
+          '  File "/tmp/run/lab_cell.py", line 9, in <module>',
+          '    for batch in loader:',
+          '  File "/x/labutils/runner/bootstrap.py", line 210, in __next__',
+          '    return original_next(self)',
+          '           ^^^^^^^^^^^^^^^^^^^',
+          '  File "/v/torch/utils/data/dataloader.py", line 733, in __next__',
+          '    data = self._next_data()',
+          'RuntimeError: DataLoader worker (pid(s) 7) exited unexpectedly',
+          '  File "<frozen runpy>", line 88 in _run_code',
+          '  File "/x/labutils/runner/zygote.py", line 97 in _become_run']
+    kept, dropped = learner_lines(tb)
+    assert kept == [tb[0], tb[3], tb[4], tb[8], tb[9], tb[10]] and dropped == len(tb) - len(kept)
+
+
+def test_a_hang_card_shows_the_stuck_function_without_the_runner(shell):
+    from labutils.lab import magic
+
+    cell = "import time\n\n\ndef wait_for_server():\n    time.sleep(60)\n\n\nwait_for_server()\n"
+    shown = magic.isolate_cell("-o stuck --timeout 3", cell, shell.user_ns)
+    full = shell.user_ns["stuck"].stderr
+    assert "labutils/runner/" in full and "wait_for_server" in full  # the runner's dump has both
+    page = shown._repr_html_()
+    sight = page.split("<details><summary>full stderr, with the lab's frames</summary>")[0]
+    assert "in wait_for_server" in sight and "labutils/runner/" not in sight and "frozen runpy" not in sight, sight
+    assert "labutils/runner/" in page  # still there, folded

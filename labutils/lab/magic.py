@@ -7,6 +7,8 @@ Usage (after ``%load_ext labutils``)::
 
 The result is shown as a card and, with ``-o NAME``, stored in the notebook's namespace for assertion
 cells. ``--notebook-main`` runs the cell in a ``__main__`` without a file, like a notebook itself.
+``--hide-cause`` shows the evidence first and folds the lab's diagnosis into a "show the lab's diagnosis"
+block below it, so the learner predicts the cause before reading it (:mod:`labutils.lab.card`).
 A bad option is one line naming the option as typed (IPython's UsageError, no traceback).
 """
 
@@ -16,6 +18,7 @@ import argparse
 import shlex
 
 from ..runner.isolate import IsolationError, run_isolated
+from . import card
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--launcher", choices=["auto", "warm", "cold"],
                    help="cold: a fresh interpreter; auto (default): fork it from the warm template where equal")
     p.add_argument("-q", "--quiet", action="store_true", help="do not display the result card")
+    p.add_argument("--hide-cause", action="store_true",
+                   help="fold the lab's diagnosis below the evidence (predict the cause first)")
     return p
 
 
@@ -50,7 +55,8 @@ _OPTION_OF = {name: "--" + name.replace("_", "-") for name in (
 
 
 def isolate_cell(line: str, cell: str, user_ns: dict):
-    """Parse the magic's options, run the cell isolated, store and return the RunResult."""
+    """Parse the magic's options, run the cell isolated, store the RunResult; return the card to show
+    (None with ``--quiet``)."""
     try:
         words = shlex.split(line)
     except ValueError as exc:  # an unclosed quote
@@ -79,22 +85,23 @@ def isolate_cell(line: str, cell: str, user_ns: dict):
         raise IsolationError(f"%%isolate: {exc}") from None
     if opts.out:
         user_ns[opts.out] = result
-    return None if opts.quiet else result
+    return None if opts.quiet else card.Card(result, hide_cause=opts.hide_cause)
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register ``%%isolate`` (called by ``%load_ext labutils``)."""
+    """Register ``%%isolate`` and show every RunResult as the lab's card (called by ``%load_ext labutils``)."""
+    card.register(ipython)
 
     def isolate(line, cell):
         from IPython.core.error import UsageError
 
         try:
-            result = isolate_cell(line, cell, ipython.user_ns)
+            shown = isolate_cell(line, cell, ipython.user_ns)
         except IsolationError as exc:
             raise UsageError(str(exc)) from None  # IPython shows the message alone, no traceback
-        if result is not None:
+        if shown is not None:
             from IPython.display import display
 
-            display(result)
+            display(shown)
 
     ipython.register_magic_function(isolate, magic_kind="cell", magic_name="isolate")

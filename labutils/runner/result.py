@@ -230,13 +230,9 @@ class RunResult:
         return lines
 
     def __str__(self) -> str:
+        """The record in words: how the run ended, each process, the exception chain, the stderr tail. The
+        cause is the diagnosis's to say (``labutils.explain``); the lab's card (``labutils.lab.card``) shows both."""
         lines = self.summary_lines()
-        if "_diagnosis" in self.__dict__ or self.outcome != "unsupported":
-            try:
-                d = self.diagnosis
-                lines.insert(0, f"cause: {d.cause} - {d.summary}")
-            except Exception as exc:  # noqa: BLE001 - never fail to print a result
-                lines.insert(0, f"cause: (diagnosis failed: {exc!r})")
         tail = self.stderr_tail(8)
         if tail:
             lines.append("stderr (last lines):")
@@ -248,24 +244,8 @@ class RunResult:
                 f"workers={len(self.workers)}, wall_time={self.wall_time:.2f})")
 
     def _repr_html_(self) -> str:
-        colour = {"ok": "#1a7f37", "failed": "#cf222e", "timed_out": "#9a6700", "unsupported": "#6e7781"}
-        esc = html.escape
-        head = (f"<span style='background:{colour.get(self.outcome, '#444')};color:white;padding:1px 6px;"
-                f"border-radius:3px'>{esc(self.outcome)}</span>")
-        try:
-            d = self.diagnosis
-            head += f" <b>cause: <code>{esc(d.cause)}</code></b> &mdash; {esc(d.summary)}"
-        except Exception as exc:  # noqa: BLE001
-            head += f" (diagnosis failed: {esc(repr(exc))})"
-        rows = "".join(f"<li>{esc(line)}</li>" for line in self.summary_lines())
-        tail = "\n".join(self.stderr_tail(12))
-        err = (f"<details><summary>stderr (last lines)</summary><pre style='font-size:85%'>{esc(tail)}"
-               "</pre></details>") if tail else ""
-        out = "\n".join(self.stdout.strip().splitlines()[-12:])
-        out = (f"<details><summary>stdout (last lines)</summary><pre style='font-size:85%'>{esc(out)}"
-               "</pre></details>") if out else ""
-        return (f"<div style='border:1px solid #d0d7de;border-radius:6px;padding:6px 10px;margin:4px 0'>"
-                f"<div>{head}</div><ul style='margin:4px 0'>{rows}</ul>{out}{err}</div>")
+        """The record as preformatted text; ``%load_ext labutils`` shows the lab's card instead."""
+        return f"<pre style='font-size:85%'>{html.escape(str(self))}</pre>"
 
 
 def _short(text: str, limit: int = 300) -> str:
