@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
+import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -144,3 +146,40 @@ def prepare_file(path: str | Path, overwrite: bool) -> Path:
     if overwrite and side.exists():
         side.unlink()
     return path
+
+
+def check_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """``shape`` as a tuple of whole numbers, at least one dimension, each at least 1."""
+    try:
+        shape_t = tuple(int(v) for v in shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"shape must be a sequence of whole numbers, got {shape!r}: e.g. (3, 8, 8)") from None
+    if not shape_t or min(shape_t) < 1:
+        raise ValueError(f"shape needs at least one dimension, each at least 1, got {shape!r}")
+    return shape_t
+
+
+@contextlib.contextmanager
+def atomic_write(path: Path):
+    """Write ``path`` through ``path.partial``: renamed into place when the block ends, removed if it fails."""
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        with open(tmp, "wb") as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def check_dtype(dtype, kinds: str = "fiu") -> np.dtype:
+    """``dtype`` as a numpy dtype of one of ``kinds`` (numpy's kind letters: f float, i/u integer, b bool)."""
+    names = {"f": "float", "i": "integer", "u": "integer", "b": "bool"}
+    allowed = " or ".join(dict.fromkeys(names[k] for k in kinds))
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"unknown dtype {dtype!r}: use a numeric numpy dtype such as float32") from None
+    if dt.kind not in kinds:
+        raise ValueError(f"dtype must be a {allowed} type, got {dt}: use e.g. float32")
+    return dt

@@ -27,7 +27,16 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ._common import assign_kinds, check_fraction, check_kinds, check_n, check_seed, prepare_dir
+from ._common import (
+    assign_kinds,
+    check_dtype,
+    check_fraction,
+    check_kinds,
+    check_n,
+    check_seed,
+    check_shape,
+    prepare_dir,
+)
 from .checks import Problem, check_npy
 from .manifest import MANIFEST_NAME, Entry, Manifest
 
@@ -78,7 +87,7 @@ def make_npy_folder(
     fraction = check_fraction(corrupt_fraction)
     seed = check_seed(seed)
     shape_t = _check_shape(shape)
-    dt = _check_dtype(dtype)
+    dt = check_dtype(dtype)
     allowed = NPY_KINDS if dt.kind == "f" else tuple(k for k in NPY_KINDS if k != "nan_inf")
     if kinds is not None and dt.kind != "f" and "nan_inf" in ([kinds] if isinstance(kinds, str) else kinds):
         raise ValueError(f"corrupt kind 'nan_inf' needs a floating dtype, not {dt}: use float32 or drop it")
@@ -94,17 +103,7 @@ def make_npy_folder(
         kind = plan.get(i, "ok")
         rel = f"sample_{i:0{digits}d}.npy"
         problem, info = _write(root / rel, kind, np.random.default_rng([seed, i]), shape_t, dt)
-        entries.append(
-            Entry(
-                path=rel,
-                label=i % int(n_classes),
-                status="ok" if kind == "ok" else "corrupt",
-                kind=kind,
-                failure=problem.failure if problem else None,
-                error=problem.error if problem else None,
-                info=info,
-            )
-        )
+        entries.append(Entry.made(rel, i % int(n_classes), kind, problem, info))
 
     manifest = Manifest(
         generator="make_npy_folder",
@@ -125,27 +124,12 @@ def make_npy_folder(
 
 
 def _check_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    try:
-        shape_t = tuple(int(v) for v in shape)
-    except (TypeError, ValueError):
-        raise ValueError(f"shape must be a sequence of whole numbers, got {shape!r}: e.g. (3, 8, 8)") from None
-    if not shape_t or min(shape_t) < 1:
-        raise ValueError(f"shape needs at least one dimension, each at least 1, got {shape!r}")
+    shape_t = check_shape(shape)
     if int(np.prod(shape_t)) > _MAX_ELEMENTS:
         raise ValueError(
             f"shape {shape_t} has more than {_MAX_ELEMENTS:,} elements per sample: use make_big_array for large arrays"
         )
     return shape_t
-
-
-def _check_dtype(dtype: str | np.dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise ValueError(f"unknown dtype {dtype!r}: use a numeric numpy dtype such as float32") from None
-    if dt.kind not in "fiu":
-        raise ValueError(f"dtype must be a float or integer type, got {dt}: use e.g. float32 or int64")
-    return dt
 
 
 def _sample(rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._common import check_seed, prepare_file
+from ._common import atomic_write, check_dtype, check_seed, check_shape, prepare_file
 from .manifest import Entry, Manifest, sidecar_path
 
 DISK_SHARE = 0.5
@@ -116,13 +116,7 @@ def _resolve_shape(nbytes: int | None, shape: Sequence[int] | None, dt: np.dtype
     if (nbytes is None) == (shape is None):
         raise ValueError("give exactly one of nbytes and shape, e.g. nbytes=64 * 2**20 or shape=(1024, 1024)")
     if shape is not None:
-        try:
-            shape_t = tuple(int(v) for v in shape)
-        except (TypeError, ValueError):
-            raise ValueError(f"shape must be a sequence of whole numbers, got {shape!r}") from None
-        if not shape_t or min(shape_t) < 1:
-            raise ValueError(f"shape needs at least one dimension, each at least 1, got {shape!r}")
-        return shape_t
+        return check_shape(shape)
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < dt.itemsize:
         raise ValueError(f"nbytes must be a whole number of at least {dt.itemsize} for {dt}, got {nbytes!r}")
     return (int(nbytes) // dt.itemsize,)
@@ -167,12 +161,7 @@ def make_big_array(
             what to do).
     """
     seed = check_seed(seed)
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise ValueError(f"unknown dtype {dtype!r}: use a numeric numpy dtype such as float32") from None
-    if dt.kind not in "fiub":
-        raise ValueError(f"dtype must be a float, integer or bool type, got {dt}: use e.g. float32")
+    dt = check_dtype(dtype, "fiub")
     shape_t = _resolve_shape(nbytes, shape, dt)
     count = int(np.prod(shape_t))
     data_bytes = count * dt.itemsize
@@ -180,20 +169,14 @@ def make_big_array(
     check_big_array_size(path, data_bytes)
     path = prepare_file(path, overwrite)
 
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        with open(tmp, "wb") as fh:
-            header = {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False, "shape": shape_t}
-            np.lib.format.write_array_header_1_0(fh, header)  # ndim <= 64 always fits version 1.0
-            for index, start in enumerate(range(0, count, CHUNK_ELEMENTS)):
-                n = min(CHUNK_ELEMENTS, count - start)
-                fh.write(_chunk(seed, index, n, dt).data)
-                if progress is not None:
-                    progress((start + n) * dt.itemsize, data_bytes)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as fh:
+        header = {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False, "shape": shape_t}
+        np.lib.format.write_array_header_1_0(fh, header)  # ndim <= 64 always fits version 1.0
+        for index, start in enumerate(range(0, count, CHUNK_ELEMENTS)):
+            n = min(CHUNK_ELEMENTS, count - start)
+            fh.write(_chunk(seed, index, n, dt).data)
+            if progress is not None:
+                progress((start + n) * dt.itemsize, data_bytes)
 
     manifest = Manifest(
         generator="make_big_array",

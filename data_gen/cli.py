@@ -138,31 +138,13 @@ def _check_counts(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> str:
     _check_counts(args)
-    if args.command == "images":
-        m = make_image_folder(
-            args.out,
-            n=args.n,
-            corrupt_fraction=args.corrupt_fraction,
-            size=args.size,
-            formats=args.formats,
-            seed=args.seed,
-            kinds=args.kinds,
-            n_classes=args.classes,
-            overwrite=args.force,
-        )
-        return _folder_summary(m, "images")
-    if args.command == "npy":
-        m = make_npy_folder(
-            args.out,
-            n=args.n,
-            corrupt_fraction=args.corrupt_fraction,
-            shape=args.shape,
-            dtype=args.dtype,
-            seed=args.seed,
-            kinds=args.kinds,
-            n_classes=args.classes,
-            overwrite=args.force,
-        )
+    if args.command in ("images", "npy"):
+        common = dict(n=args.n, corrupt_fraction=args.corrupt_fraction, seed=args.seed, kinds=args.kinds,
+                      n_classes=args.classes, overwrite=args.force)
+        if args.command == "images":
+            m = make_image_folder(args.out, size=args.size, formats=args.formats, **common)
+            return _folder_summary(m, "images")
+        m = make_npy_folder(args.out, shape=args.shape, dtype=args.dtype, **common)
         return _folder_summary(m, ".npy files")
     if args.command == "bigarray":
         given = [x is not None for x in (args.n, args.nbytes, args.shape)]

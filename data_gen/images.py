@@ -106,17 +106,7 @@ def make_image_folder(
         path = root / rel
         path.parent.mkdir(exist_ok=True)
         problem, info = _write(path, data, pil_format, kind, file_rng, (width, height))
-        entries.append(
-            Entry(
-                path=rel,
-                label=label,
-                status="ok" if kind == "ok" else "corrupt",
-                kind=kind,
-                failure=problem.failure if problem else None,
-                error=problem.error if problem else None,
-                info=info,
-            )
-        )
+        entries.append(Entry.made(rel, label, kind, problem, info))
 
     manifest = Manifest(
         generator="make_image_folder",

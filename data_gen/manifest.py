@@ -63,6 +63,13 @@ class Entry:
         """The entry as a JSON-ready dict."""
         return asdict(self)
 
+    @classmethod
+    def made(cls, path: str, label: int | None, kind: str, problem, info: dict[str, Any]) -> Entry:
+        """The entry of a file a generator wrote as ``kind``, with the ``Problem`` its check found (or None)."""
+        return cls(path=path, label=label, status="ok" if kind == "ok" else "corrupt", kind=kind,
+                   failure=problem.failure if problem else None, error=problem.error if problem else None,
+                   info=info)
+
 
 @dataclass
 class Manifest:

@@ -18,13 +18,12 @@ the buffer. No pickles, no zip timestamps, so the same seed gives the same bytes
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
 
-from ._common import check_n, check_seed, prepare_file
+from ._common import atomic_write, check_n, check_seed, prepare_file
 from .manifest import Entry, Manifest, sidecar_path
 
 METADATA_KINDS = ("str", "dict")
@@ -111,16 +110,10 @@ def make_metadata(
     data = items.reshape(-1)
     header = {"format": _FORMAT, "format_version": _FORMAT_VERSION, "kind": kind, "n": n}
 
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        with open(tmp, "wb") as fh:
-            np.save(fh, np.array(json.dumps(header, sort_keys=True)), allow_pickle=False)
-            np.save(fh, offsets, allow_pickle=False)
-            np.save(fh, data, allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as fh:
+        np.save(fh, np.array(json.dumps(header, sort_keys=True)), allow_pickle=False)
+        np.save(fh, offsets, allow_pickle=False)
+        np.save(fh, data, allow_pickle=False)
 
     manifest = Manifest(
         generator="make_metadata",
