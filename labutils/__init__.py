@@ -57,12 +57,24 @@ def load_ipython_extension(ipython) -> None:
     _load(ipython)
 
 
-def _in_notebook_kernel() -> bool:
-    shell = sys.modules.get("IPython")
+def _kernel_shell():
+    """The IPython shell this interpreter runs (a notebook kernel), or None."""
+    ipython = sys.modules.get("IPython")
     try:
-        return shell is not None and shell.get_ipython() is not None
+        return ipython.get_ipython() if ipython is not None else None
     except Exception:  # noqa: BLE001 - an IPython in a strange state: not a kernel of the lab
-        return False
+        return None
+
+
+def _show_cards(shell) -> None:
+    """In a kernel, a RunResult shows as the lab's card (its diagnosis attached by ``labutils.lab.card``), with
+    or without ``%load_ext labutils``; registered by name, so nothing is imported until a result is shown."""
+    def html(result):
+        from .lab.card import card_html
+
+        return card_html(result)
+
+    shell.display_formatter.formatters["text/html"].for_type_by_name("labutils.runner.result", "RunResult", html)
 
 
 def _started_by_a_run() -> bool:
@@ -78,8 +90,11 @@ def _started_by_a_run() -> bool:
 # subprocess), as a newer Python would give them. The run's own main process gets it from its bootstrap,
 # the lab's pytest plugin in its own process. A learner's script run outside the lab keeps Python's default.
 # Nothing is asked for (the usual case): nothing to decide, and nothing more is imported.
+_SHELL = _kernel_shell()
+if _SHELL is not None and hasattr(_SHELL, "display_formatter"):
+    _show_cards(_SHELL)
 if startmethod.requested():
-    if _in_notebook_kernel():
+    if _SHELL is not None:
         startmethod.apply_requested()
     elif _started_by_a_run():  # a script as __main__, as in the bootstrap: 3.14's fork server would preload it
         startmethod.apply_requested(emulate_preload=True)
