@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
 EXPECTED = ["00_start_here", "01_read_the_error", "02_spawn_and_pickling", "03_corrupt_data",
-            "04_memory_and_oom", "05_shared_memory", "06_file_descriptors", "07_hangs_and_timeouts",
+            "04_memory_and_oom", "04b_copy_on_read", "05_shared_memory", "06_file_descriptors", "07_hangs_and_timeouts",
             "08_main_module_and_guard", "09_interactive_lab", "10_production_loader",
             "10b_recommended_loader", "11_cuda_and_accelerators",
             "12_distributed_torchrun"]
