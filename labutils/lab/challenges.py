@@ -6,7 +6,10 @@ smallest ``nofile`` that lets ``fd_limit`` broken finish) or the number of knobs
 changes that make ``oom_killed`` finish under its budget). An attempt counts only when the run kept the
 fixed settings and changed nothing else; it scores only when the run finished (``outcome == "ok"``).
 A challenge that needs a capability this machine lacks (a private /dev/shm needs a mount namespace)
-says so and is not scored: nothing is faked.
+says so, and is played against its fallback (:data:`FALLBACKS`) where it has one: challenge 1's wall
+of a private 8 MiB /dev/shm becomes a ceiling on the /dev/shm peak the lab measures with the machine's
+own /dev/shm (a sampled peak can miss a brief one, so the ceiling is higher: 16 MiB). Nothing is faked:
+the fallback is named on the attempt and the Class sheet.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["CHALLENGES", "Challenge", "missing_capability", "score_attempt"]
+__all__ = ["ALL_CHALLENGES", "CHALLENGES", "FALLBACKS", "Challenge", "playable", "missing_capability",
+           "score_attempt"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,9 @@ class Challenge:
     keep: dict = field(default_factory=dict)  # settings that must have these values (None: the case's own)
     free: tuple = ()  # knobs that may change; () with knob=None: every offered knob but those in keep
     needs: Optional[str] = None  # a capability: "private_shm"
+    #: a run scored against a measured ceiling: it runs with the machine's own /dev/shm (no shm_size) and
+    #: finishes only when the /dev/shm peak the lab measured stayed at or under this many MiB
+    peak_mib: Optional[float] = None
 
     def describe(self, case: str) -> str:
         better = "higher" if self.goal == "max" else "lower"
@@ -49,6 +56,27 @@ CHALLENGES: dict = {c.id: c for c in [
 ]}
 
 
+#: where a challenge's capability is missing: the same lesson, scored on what this machine can measure
+FALLBACKS: dict = {
+    "shm_batch": Challenge(
+        "shm_batch_meter", "shm_exhausted",
+        "(no private /dev/shm here, so the fallback target) the largest batch_size whose /dev/shm peak, as the "
+        "lab measures it with this machine's own /dev/shm, stays at or under 16 MiB; change batch_size and "
+        "prefetch_factor only", goal="max", knob="batch_size", keep={"num_workers": None},
+        free=("batch_size", "prefetch_factor"), peak_mib=16.0),
+}
+ALL_CHALLENGES: dict = {**CHALLENGES, **{c.id: c for c in FALLBACKS.values()}}
+
+
+def playable(challenge: Challenge) -> tuple:
+    """(the challenge to play here, why the first choice cannot be scored or None): its fallback where
+    this machine lacks what it needs and it has one; itself otherwise."""
+    lack = missing_capability(challenge)
+    if lack and challenge.id in FALLBACKS:
+        return FALLBACKS[challenge.id], lack
+    return challenge, lack
+
+
 def missing_capability(challenge: Challenge) -> Optional[str]:
     """Why this machine cannot score the challenge (probed by trying), or None when it can."""
     if challenge.needs == "private_shm":
@@ -65,8 +93,9 @@ def _same(a, b) -> bool:
 
 
 def score_attempt(challenge: Challenge, settings: dict, defaults: dict, result, learner: str = "",
-                  case: str = "") -> dict:
-    """The attempt's record: what changed, whether it counts, whether it finished, and its score."""
+                  case: str = "", shm_peak_mib: Optional[float] = None) -> dict:
+    """The attempt's record: what changed, whether it counts, whether it finished, and its score
+    (``shm_peak_mib``: the peak the lab measured, which a challenge with a ``peak_mib`` ceiling scores)."""
     changed = {k: v for k, v in settings.items() if not _same(v, defaults.get(k, ""))}
     why = ""
     for name, value in challenge.keep.items():
@@ -80,6 +109,12 @@ def score_attempt(challenge: Challenge, settings: dict, defaults: dict, result, 
     if result.outcome == "unsupported":
         why = f"cannot be scored on this machine: {result.reason}"
     success = result.outcome == "ok"
+    over = ""
+    if challenge.peak_mib is not None and success:
+        if shm_peak_mib is None:
+            success, over = False, "no /dev/shm peak was measured"
+        elif shm_peak_mib > challenge.peak_mib:
+            success, over = False, f"its /dev/shm peak was {shm_peak_mib:g} MiB, over {challenge.peak_mib:g} MiB"
     if challenge.knob is None:
         score = len(changed)
     else:
@@ -91,7 +126,7 @@ def score_attempt(challenge: Challenge, settings: dict, defaults: dict, result, 
             why = why or f"{challenge.knob} must be set to a number"
     counted = not why
     if counted and not success:
-        why = f"the run did not finish ({result.outcome}, {result.cause})"
+        why = over or f"the run did not finish ({result.outcome}, {result.cause})"
     return {"learner": learner, "challenge": challenge.id, "case": case, "knobs": dict(settings),
             "changed": dict(changed), "score": score, "success": success, "counted": counted, "why": why,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            "shm_peak_mib": shm_peak_mib, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -6,7 +6,13 @@ learner's name, so a class does not share one answer key and a learner gets the 
 :func:`neutral_copy` gives the run a copy of the script named after the case (``case_c.py``), so that no
 traceback, chart title or status line carries the script's name. The reveal (:func:`reveal_html`)
 comes once a prediction is recorded and the run has ended: the cause, the evidence that decided it
-(from the Diagnosis), the numbers predicted against the numbers observed, and the notebook to read.
+(from the Diagnosis), the numbers predicted against the numbers observed (each scored: within
+:data:`TOLERANCE` of what was measured, :func:`number_close`), and the notebook to read.
+
+A fair game: before its reveal, a case shows the same run-setup line as every other case
+(:data:`HIDDEN_SETUP`) and its run's chart draws no limit line; the case's own limits (a memory budget,
+a /dev/shm size, an open-files or process limit, a start method) appear at the reveal. Otherwise the
+limit a case needs would name it: only one case runs under a memory budget, only one under 128 open files.
 
 Nothing here draws a widget: :class:`ClassSheet` keeps the records and exports them, the widget
 (:mod:`labutils.lab.widget`) shows them.
@@ -20,16 +26,39 @@ import html
 import json
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-__all__ = ["Answer", "ClassSheet", "Deal", "case_name", "deal", "neutral_copy", "observed_numbers",
-           "parse_number", "prediction_options", "reveal_html", "setup_text"]
+__all__ = ["Answer", "ClassSheet", "Deal", "HIDDEN_SETUP", "TOLERANCE", "case_name", "deal", "export_name",
+           "neutral_copy", "number_close", "observed_numbers", "parse_number", "prediction_options", "reveal_html",
+           "setup_text"]
 
 MIB = 1024 * 1024
+#: a predicted number counts as right when it is within this share of the measured one (or within 1 of it,
+#: for the small numbers where a share means nothing: 2 batches against 3)
+TOLERANCE = 0.2
+TOLERANCE_TEXT = f"within {TOLERANCE:.0%} (or 1) of what was measured"
+#: the setup line of every case before its reveal (the same words for all: the limits come at the reveal)
+HIDDEN_SETUP = ("Run setup: this case runs under limits of its own (perhaps a memory budget, a /dev/shm size, an "
+                "open-files or process limit, a start method; perhaps none). As in real life, nothing announces "
+                "them: they are shown at the reveal. Read what the run prints and how the chart moves.")
+
+
+def number_close(predicted: Optional[float], observed) -> Optional[bool]:
+    """Whether a predicted number is within :data:`TOLERANCE` of the observed one (None when either is missing)."""
+    if predicted is None or observed is None:
+        return None
+    return abs(float(predicted) - float(observed)) <= max(TOLERANCE * abs(float(observed)), 1.0)
+
+
+def export_name(learner: str) -> str:
+    """The default file of a learner's export: ``lab_answers_<name>.csv`` (the name made safe for a file)."""
+    safe = re.sub(r"[^A-Za-z0-9_-]+", "_", learner.strip()).strip("_")
+    return f"lab_answers_{safe or 'anonymous'}.csv"
 
 
 def case_name(index: int) -> str:
@@ -102,7 +131,8 @@ def parse_number(text: str, what: str) -> Optional[float]:
 
 
 def setup_text(options: dict) -> str:
-    """The run's limits as a learner would know them (every limit named, set or not: no hint by absence)."""
+    """A run's limits, every one named, set or not (what a revealed case shows; a hidden one shows
+    :data:`HIDDEN_SETUP`)."""
     def show(value, unit="", none="not set"):
         return none if value in (None, "") else f"{value}{unit}"
 
@@ -151,10 +181,23 @@ class Answer:
     notebook: str = ""
     revealed: bool = False
     knobs: str = ""  # a number predicted after the reveal: the knobs changed from the case's own ("k=v, ...")
+    batches_close: Optional[bool] = None  # the predicted number within TOLERANCE of the observed one
+    shm_close: Optional[bool] = None
     time: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
 FIELDS = [f for f in Answer.__dataclass_fields__]
+
+
+def score_numbers(answer: Answer) -> None:
+    """Mark each predicted number of ``answer`` close or not (:func:`number_close`)."""
+    answer.batches_close = number_close(answer.predicted_batches, answer.observed_batches)
+    answer.shm_close = number_close(answer.predicted_shm_mib, answer.observed_shm_mib)
+
+
+def _mark(close: Optional[bool]) -> str:
+    return "-" if close is None else ("<b style='color:#1a7f37'>yes</b>" if close
+                                      else "<b style='color:#cf222e'>no</b>")
 
 
 def _num(value) -> str:
@@ -168,12 +211,13 @@ def reveal_html(answer: Answer, scenario, diagnosis) -> str:
             else "<b style='color:#cf222e'>not this time</b>" if answer.predicted else "no cause predicted")
     evidence = "".join(f"<li>{html.escape(str(e))}</li>" for e in list(diagnosis.evidence)[:4])
     rows = ""
-    for what, p, o in (("batches delivered", answer.predicted_batches, answer.observed_batches),
-                       ("/dev/shm peak (MiB)", answer.predicted_shm_mib, answer.observed_shm_mib)):
+    for what, p, o, close in (
+            ("batches delivered", answer.predicted_batches, answer.observed_batches, answer.batches_close),
+            ("/dev/shm peak (MiB)", answer.predicted_shm_mib, answer.observed_shm_mib, answer.shm_close)):
         if p is not None:
-            rows += f"<tr><td>{what}</td><td>{_num(p)}</td><td>{_num(o)}</td></tr>"
-    numbers = (f"<table><tr><th></th><th>you predicted</th><th>observed</th></tr>{rows}</table>"
-               if rows else "")
+            rows += f"<tr><td>{what}</td><td>{_num(p)}</td><td>{_num(o)}</td><td>{_mark(close)}</td></tr>"
+    numbers = (f"<table class='lab-numbers'><tr><th></th><th>you predicted</th><th>observed</th>"
+               f"<th>close? ({TOLERANCE_TEXT})</th></tr>{rows}</table>" if rows else "")
     return (
         f"<div class='lab-reveal'><b>{html.escape(answer.case)}</b> was <code>{html.escape(scenario.id)}</code>:"
         f" {html.escape(scenario.title)} (script <code>{html.escape(os.path.basename(scenario.broken))}</code>)."
@@ -200,9 +244,14 @@ class ClassSheet:
     def revealed(self) -> list:
         return [a for a in self.answers if a.revealed]
 
+    def numbers_score(self) -> tuple:
+        """(numbers predicted close, numbers predicted and measured), over predictions and knob numbers."""
+        marks = [m for a in self.answers + self.numbers for m in (a.batches_close, a.shm_close) if m is not None]
+        return sum(marks), len(marks)
+
     def best_scores(self) -> dict:
         """``{(learner, challenge): best attempt}`` over the attempts that counted and finished."""
-        from .challenges import CHALLENGES
+        from .challenges import ALL_CHALLENGES as CHALLENGES
 
         best: dict = {}
         for a in self.attempts:
@@ -241,7 +290,9 @@ class ClassSheet:
 
     def html(self) -> str:
         """The sheet as the Class tab shows it (only revealed cases name their cause)."""
-        head = f"<b>Score: {self.correct} of {len(self.answers)}</b> predictions right"
+        close, scored = self.numbers_score()
+        head = f"<b>Score: {self.correct} of {len(self.answers)}</b> predictions right" + (
+            f"; <b>{close} of {scored}</b> numbers close ({TOLERANCE_TEXT})" if scored else "")
         rows = "".join(
             f"<tr><td>{html.escape(a.learner)}</td><td>{html.escape(a.case)}</td>"
             f"<td>{html.escape(a.scenario) if a.revealed else '(not revealed yet)'}</td>"
@@ -269,4 +320,4 @@ class ClassSheet:
         return head + table + board
 
 
-_ATTEMPT_FIELDS = ["challenge", "case", "knobs", "changed", "score", "success", "counted", "why"]
+_ATTEMPT_FIELDS = ["challenge", "case", "knobs", "changed", "score", "success", "counted", "why", "shm_peak_mib"]

@@ -66,6 +66,7 @@ def build_widgets(ui, prediction_options: list, sharing: tuple) -> None:
     ui.verdict = w.HTML()
     ui.verdict.add_class("lab-verdict")
     ui.code, ui.printed, ui.output, ui.compare = w.Output(), w.Output(), w.Output(), w.Output()
+    ui.code.add_class("lab-code")
     ui.printed.add_class("lab-printed")
     ui.output.add_class("lab-card")
     ui.live = LiveChart()
@@ -86,7 +87,7 @@ def build_widgets(ui, prediction_options: list, sharing: tuple) -> None:
     ui.try_button.add_class("lab-try")
     ui.score = w.HTML()
     ui.score.add_class("lab-score")
-    ui.export_path = w.Text(value="lab_answers.csv", description="Export to", style=_WIDE,
+    ui.export_path = w.Text(value="lab_answers_anonymous.csv", description="Export to", style=_WIDE,
                             layout=w.Layout(width="60%"))
     ui.export_button = w.Button(description="Export the sheet", icon="download", layout=w.Layout(width="auto"))
 

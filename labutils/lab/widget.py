@@ -24,7 +24,7 @@ from typing import Optional
 from ..runner.isolate import IsolationError, run_isolated
 from ..runner.result import RunResult
 from . import game
-from .challenges import CHALLENGES, missing_capability, score_attempt
+from .challenges import CHALLENGES, playable, score_attempt
 from .layout import build_layout, build_widgets
 
 __all__ = ["LabUI", "lab", "script_knob_defaults", "script_diff_html"]
@@ -83,6 +83,7 @@ class LabUI:
         self.results: dict = {}
         self.pending: Optional[dict] = None  # the last run of a hidden case, waiting for its reveal
         self._defaults: dict = {}
+        self._run_limits: dict = {}  # the last run's limits (a hidden case's are drawn at its reveal)
         self._run_lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
         build_widgets(self, game.prediction_options(CAUSES, CATALOGUE), _SHARING)
@@ -129,10 +130,19 @@ class LabUI:
         return self.mystery and self.current.id not in self.revealed
 
     def _on_learner(self, _change=None) -> None:
-        """A new name deals the cases again, until the first answer (then the deal stays)."""
+        """A new name deals the cases again, until the first answer (then the deal stays); the export's
+        default file name follows the name."""
+        if os.path.basename(self.export_path.value.strip()).startswith("lab_answers"):
+            self.export_path.value = game.export_name(self.learner.value)
         if self.sheet.answers or not self.mystery:
             return
         self.deal = game.deal(self.scenarios, self.learner.value)
+        self._on_scenario()
+
+    def unlock(self, scenario_id: str) -> None:
+        """Mark a scenario revealed without playing it (an instructor's demo, a test): its limits and knobs
+        load as at a reveal."""
+        self.revealed.add(scenario_id)
         self._on_scenario()
 
     def offered_knobs(self) -> tuple:
@@ -140,10 +150,17 @@ class LabUI:
         return tuple(k for k in self.knob_widgets if k in self.current.knobs)
 
     def _on_scenario(self, _change=None) -> None:
-        """Load the chosen scenario's own limits and its script's knob defaults into the widgets."""
+        """Load the chosen scenario's own limits and its script's knob defaults into the widgets; a hidden
+        case loads nothing (the limit widgets are on the Your code tab too) and shows the setup line every
+        hidden case shows."""
         sc = self.current
         if self.hidden and self.which.value != "broken":
             self.which.value = "broken"  # observed: loads the broken version's values
+            return
+        if self.hidden:
+            self._defaults = {}
+            self.setup.value = html.escape(game.HIDDEN_SETUP)
+            self._refresh()
             return
         opts = sc.options(self.which.value)
         self.start_method.value = opts.start_method or "(script's)"
@@ -210,8 +227,10 @@ class LabUI:
         """The run_isolated keyword arguments for the chosen scenario: its own limits, changed by the
         knobs it offers (raises IsolationError on bad input)."""
         base = self.current.options(which or self.which.value)
-        offered = self.offered_knobs()
         kw = base.kwargs()
+        if self.hidden:  # the case as it is: no widget holds its limits until the reveal
+            return dict(kw, env={})
+        offered = self.offered_knobs()
         if "start_method" in offered:
             kw["start_method"] = None if self.start_method.value.startswith("(") else self.start_method.value
         if "timeout" in offered:
@@ -296,10 +315,12 @@ class LabUI:
         """Run the chosen challenge's case with the knobs as set, and score the attempt."""
         return self._guarded(self._try_challenge)
 
-    def _isolated(self, title: str, overlay: bool = False, **kw) -> tuple:
-        """One isolated run with the live chart following it: (result, chart snapshot)."""
+    def _isolated(self, title: str, overlay: bool = False, show_limits: bool = True, **kw) -> tuple:
+        """One isolated run with the live chart following it: (result, chart snapshot). ``show_limits``
+        False: no limit line on the chart (a hidden case's limits are drawn at its reveal)."""
         limits = {k: kw.get(k) for k in ("memory_budget", "nofile", "shm_size")}
-        rec = self.live.start(title, limits=limits, overlay=overlay)
+        self._run_limits = limits
+        rec = self.live.start(title, limits=limits if show_limits else {}, overlay=overlay)
         rec.private_shm = bool(kw.get("shm_size"))
         try:
             return run_isolated(on_sample=rec.on_sample, on_event=rec.on_event, **kw), rec
@@ -328,7 +349,7 @@ class LabUI:
             title = case if hidden else f"{case} ({which})"
             self.status.value = f"running {html.escape(title)}..."
             try:
-                result, rec = self._isolated(title, file=script, **opts)
+                result, rec = self._isolated(title, show_limits=not hidden, file=script, **opts)
             finally:
                 if hidden:
                     game.remove_copy(script)
@@ -375,6 +396,7 @@ class LabUI:
         answer.correct = guess is not None and guess["predicted"] == result.diagnosis.cause
         answer.observed_batches, answer.observed_shm_mib = p["numbers"]["batches"], p["numbers"]["shm_mib"]
         answer.notebook = sc.notebook
+        game.score_numbers(answer)
         if scored:
             self.sheet.answers.append(answer)
             self.prediction.value = ""
@@ -383,7 +405,12 @@ class LabUI:
             answer.knobs = ", ".join(f"{k}={v}" for k, v in self.settings().items() if defaults.get(k) != v)
             answer.knobs = answer.knobs or "the case's own"
             self.sheet.numbers.append(answer)
+        first_reveal = sc.id not in self.revealed
         self.revealed.add(sc.id)
+        if first_reveal and self.mystery:  # now the case's limits may show: in the widgets and on the chart
+            self._on_scenario()
+            self.live.limits = dict(self._run_limits)
+            self.live.draw(running=False)
         self.pending = None
         self.reveal_button.disabled = True
         note = ("" if scored else "<br><i>(numbers recorded on the Class sheet, predicted against observed)</i>"
@@ -467,8 +494,11 @@ class LabUI:
             self.challenge_text.value = _LOCKED
             return
         case = self._challenge_case(ch)
-        lack = missing_capability(ch)
-        self.challenge_text.value = html.escape(ch.describe(case)) + (f"<br>{_red(lack)}" if lack else "") + (
+        play, lack = playable(ch)
+        lack_text = "" if not lack else f"<br>{_red(lack)}" if play is ch else (
+            f"<br><i>The first target {html.escape(lack)}; so this machine plays the fallback target "
+            "above instead.</i>")
+        self.challenge_text.value = html.escape(play.describe(case)) + lack_text + (
             f"<br>Open {case} in the {self.tabs.titles[0]} tab, set the knobs, then press <b>Try</b>.")
 
     def _try_challenge(self) -> Optional[dict]:
@@ -480,7 +510,8 @@ class LabUI:
             self.status.value = _red(_LOCKED)
             return None
         case = self._challenge_case(ch)
-        lack = missing_capability(ch)
+        ch, lack = playable(ch)
+        lack = None if ch.peak_mib is not None else lack  # the fallback scores where the first target cannot
         if lack or self.current.id != ch.scenario:
             where = f"open {case} in the {self.tabs.titles[0]} tab (revealed) to try this challenge"
             self.status.value = _red(lack or where)
@@ -489,13 +520,16 @@ class LabUI:
         settings, defaults = self.settings(), dict(self._defaults)
         try:
             self.status.value = f"challenge on {html.escape(case)}: running..."
-            result, _ = self._isolated(f"{case}: challenge", file=self.current.path("broken"),
-                                       **self.options("broken"))
+            opts = self.options("broken")
+            if ch.peak_mib is not None:  # the measured ceiling: the machine's own /dev/shm
+                opts["shm_size"] = None
+            result, rec = self._isolated(f"{case}: challenge", file=self.current.path("broken"), **opts)
         except (IsolationError, ValueError) as exc:
             self.status.value = _red(str(exc))
             return None
         self.last = result
-        attempt = score_attempt(ch, settings, defaults, result, self.learner.value.strip(), case)
+        peak = game.observed_numbers(result, rec.snapshot())["shm_mib"]
+        attempt = score_attempt(ch, settings, defaults, result, self.learner.value.strip(), case, shm_peak_mib=peak)
         self.sheet.attempts.append(attempt)
         verdict = (f"counted, score {attempt['score']:g}" if attempt["counted"] and attempt["success"]
                    else f"not scored: {attempt['why']}")
@@ -521,7 +555,7 @@ class LabUI:
 
     def _export_clicked(self) -> None:
         try:
-            where = self.export_answers(self.export_path.value.strip() or "lab_answers.csv")
+            where = self.export_answers(self.export_path.value.strip() or game.export_name(self.learner.value))
         except OSError as exc:
             self.status.value = _red(f"export failed: {exc}")
             return
