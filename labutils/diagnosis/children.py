@@ -6,18 +6,16 @@ from __future__ import annotations
 from typing import Optional
 
 from ..machine import probes
+from . import messages as vocab
 from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
 from .decide import (
     _decide,
     _summary,
 )
 from .evidence import (
-    _TR_WORKER_LINE,
-    _WRAPPER,
     _Facts,
     _Finding,
     _short,
-    _signame,
     _Worker,
     _worker_pids_named,
 )
@@ -60,10 +58,10 @@ def _process_verdict(facts: _Facts, node, tree: list) -> dict:
     sub.ended = node.chain
     codes = {n.pid: n.exitcode for n in tree if n.role == "worker"}
     sub.workers = [_Worker(pid, codes.get(pid)) for pid in _worker_pids_named(node.chain)]
-    if not sub.workers and any(_WRAPPER.match(e.head) and "worker process" in e.head for e in node.chain):
+    if not sub.workers and any(vocab.WRAPPER.match(e.head) and "worker process" in e.head for e in node.chain):
         sub.workers = [_Worker(None, None)]  # "Caught X in DataLoader worker process N": it had workers
     cause, mine, conf, others, recovered = _decide(sub)
-    line = _TR_WORKER_LINE.search(facts.stderr)
+    line = vocab.WORKER_LINE.search(facts.stderr)
     if line and conf == "low" and cause in ("worker_exit", UNKNOWN):
         # the child saw only the generic death of its worker (under forkserver the fork server, not the
         # child, is the worker's parent); the worker's own C-level line says how it died
@@ -113,7 +111,7 @@ def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
     if facts.outcome == "ok":
         summary += "; the script exited 0 anyway (it did not pass on its child's failure)"
     status = "no exit status recorded" if node.exitcode is None else (
-        f"killed by {_signame(-node.exitcode)}" if node.exitcode < 0 else f"exit code {node.exitcode}")
+        f"killed by {vocab.signal_name(-node.exitcode)}" if node.exitcode < 0 else f"exit code {node.exitcode}")
     evidence = [f"failing process: {who}, a child of the main process; {status}; its error reached the record "
                 f"through {_VIA.get(node.via, node.via).format(name=node.name)}"]
     evidence += [f"{who}: {f.text}" for f in mine]

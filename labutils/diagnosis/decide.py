@@ -8,9 +8,9 @@ import re
 from typing import Optional
 
 from ..machine import probes
+from . import messages as vocab
 from .causes import CATALOGUE, PRECEDENCE, UNKNOWN
 from .evidence import (
-    _SHM_GONE,
     _batches,
     _Exc,
     _Facts,
@@ -219,7 +219,7 @@ def _decide_without_exception(facts: _Facts) -> tuple:
         sig = int(main[0].detail)
         stack = _fatal_stack(facts.stderr)
         in_loader = ("loader" in {k for _, k in stack}) if stack else None
-        if sig == 6 and facts.iters and _SHM_GONE.search(facts.stderr):  # C++ terminate() on a deleted file
+        if sig == 6 and facts.iters and vocab.SHM_GONE.search(facts.stderr):  # C++ terminate() on a deleted file
             f = _Finding("shm_exhausted", main[0].text + ": torch's C++ code aborted with 'could not unlink the "
                          "shared memory file' - a batch's file was deleted from /dev/shm under the loader",
                          "high", variant="removed")

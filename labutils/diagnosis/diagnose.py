@@ -38,10 +38,10 @@ from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNS
 __all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "environment_probes",
            "explain", "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures", "worker_death_kind"]
 
+from . import messages as vocab
 from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
 from .decide import _decide, _summary
 from .evidence import (
-    _NATIVE_SIGNALS,
     _batches,
     _Exc,
     _Facts,
@@ -50,7 +50,6 @@ from .evidence import (
     _Finding,
     _last_printed_chain,
     _short,
-    _signame,
     _worker_pids_named,
     is_worker_death,
     worker_death_kind,
@@ -161,19 +160,19 @@ def _status_lines(facts: _Facts) -> list:
             lines.append("main process: killed by the runner after the time limit")
         elif facts.returncode is not None:
             rc = facts.returncode
-            lines.append("main process: " + (f"killed by {_signame(-rc)}" if rc < 0 else f"exit code {rc}"))
+            lines.append("main process: " + (f"killed by {vocab.signal_name(-rc)}" if rc < 0 else f"exit code {rc}"))
     oom, named = kernel_killed(facts) if facts.source == "run" else (set(), False)
     for w in facts.workers:
         if w.exitcode is None:
             state = "exit status not recorded (the run was killed before it could be read)" \
                 if facts.source == "run" else "still running or not joined"
         elif w.exitcode < 0:
-            state = f"killed by {_signame(-w.exitcode)}"
+            state = f"killed by {vocab.signal_name(-w.exitcode)}"
             if w.pid in oom:
                 state += " (by: kernel_oom" + (", named in the kernel log)" if named else ")")
             elif w.watchdog:
                 state += " (by: the lab's memory watchdog)"
-            elif -w.exitcode in _NATIVE_SIGNALS and after_the_failure(facts, w):
+            elif -w.exitcode in vocab.NATIVE_SIGNALS and after_the_failure(facts, w):
                 state += " (after the failure: while the DataLoader shut its workers down)"
         else:
             state = f"exit code {w.exitcode}"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..machine import probes
+from . import messages as vocab
 from .chain import links as _chain_links
 
 # =========================================================================== frames: whose code raised it
@@ -155,41 +156,9 @@ class _Facts:
     raised: list = field(default_factory=list)  # time.time() of each loader error the bootstrap recorded
 
 
-# --------------------------------------------------------------------------- message patterns
-_WRAPPER = re.compile(r"^\W?Caught (\w[\w.]*) in (DataLoader worker process (\d+)|pin memory thread[^.]*)")
-_TIMEOUT = re.compile(r"^DataLoader timed out after ([\d.]+) seconds")
-_RACE_TYPES = {"FileNotFoundError", "ConnectionResetError", "ConnectionRefusedError", "EOFError",
-               "BrokenPipeError", "ConnectionAbortedError"}
-_RACE_FUNCS = {"rebuild_storage_fd", "rebuild_storage_filename", "recvfds", "detach", "_recv", "recv",
-               "_recv_bytes", "recv_bytes", "rebuild_tensor", "rebuild_cuda_tensor", "_rebuild"}
-_DIED = re.compile(r"^DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
-_KILLED = re.compile(r"^DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)")
-_EXITCODE = re.compile(r"^DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (-?\d+)")
-_PIN_DIED = re.compile(r"^Pin memory thread exited unexpectedly")
-_SHM = re.compile(r"unable to (allocate|open|write to|mmap)[^\n]*shared memory|"
-                  r"unable to write to file </torch_|"
-                  r"No space left on device[^\n]*(torch_|/dev/shm)|(torch_|/dev/shm)[^\n]*No space left on device|"
-                  r"out of shared memory", re.I)
-_SHM_GONE = re.compile(r"could not unlink the shared memory file|"
-                       r"unable to open shared memory object[^\n]*No such file or directory")
-_FD = re.compile(r"Too many open files|\[Errno 24\]|received 0 items of ancdata|EMFILE")
-_FORK_REFUSED = re.compile(r"\[Errno 11\] Resource temporarily unavailable|\[Errno 12\] Cannot allocate memory|"
-                           r"can't start new thread")
-_THREAD_REFUSED = re.compile(r"can't start new thread")
+# --------------------------------------------------------------------------- what the rules add to messages
 _THREAD_FUNCS = {"start", "_start_thread", "_start_new_thread", "submit", "_adjust_thread_count", "_start"}
 _FORK_FUNCS = {"_launch", "spawnv_passfds", "_Popen", "start", "_start_thread", "fork", "fork_exec"}
-_CUDA = re.compile(r"Torch not compiled with CUDA enabled|re-initialize CUDA in forked subprocess|"
-                   r"CUDA error|Found no NVIDIA driver|No CUDA GPUs are available|"
-                   r"CUDA driver initialization failed")
-_GUARD = re.compile(r"attempt has been made to start a new process before the\s+current process has "
-                    r"finished its bootstrapping phase")
-_MAIN_ATTR = re.compile(r"Can't get attribute '([^']+)' on <module '(__main__|__mp_main__)'")
-_STDIN_MAIN = re.compile(r"No such file or directory: '[^']*<stdin>'")
-_PICKLE = re.compile(r"cannot pickle|can't pickle|Can't get local object|pickle error|"
-                     r"attribute lookup .* failed|is not picklable|PicklingError", re.I)
-_SEGV_LINE = re.compile(r"^ERROR: Unexpected (segmentation fault|floating-point exception|bus error) "
-                        r"encountered in worker", re.M)
-_TORCH_WARNING = re.compile(r"^(\S*/torch/utils/data/\S+\.py):\d+: (\w+Warning): (.*)$", re.M)
 # Only these exception types can carry a resource or CUDA failure; a ValueError that merely mentions
 # "Too many open files" is the user's own exception.
 _RESOURCE_TYPES = {"RuntimeError", "OSError", "PermissionError", "BlockingIOError", "ConnectionError",
@@ -197,14 +166,6 @@ _RESOURCE_TYPES = {"RuntimeError", "OSError", "PermissionError", "BlockingIOErro
 _CUDA_TYPES = {"AssertionError", "RuntimeError", "AcceleratorError", "CudaError", "DeferredCudaCallError",
                "OutOfMemoryError"}
 _PICKLE_TYPES = {"TypeError", "PicklingError", "AttributeError", "PickleError", "NotImplementedError"}
-_SIGNAL_WORDS = {"Killed": 9, "Segmentation fault": 11, "Bus error": 7, "Aborted": 6,
-                 "Floating point exception": 8, "Illegal instruction": 4, "Terminated": 15}
-_NATIVE_SIGNALS = {11: "SIGSEGV", 8: "SIGFPE", 6: "SIGABRT", 4: "SIGILL", 5: "SIGTRAP", 31: "SIGSYS"}
-_SIG_NAMES = {9: "SIGKILL", 7: "SIGBUS", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP", **_NATIVE_SIGNALS}
-
-
-def _signame(num: int) -> str:
-    return _SIG_NAMES.get(num, f"signal {num}")
 
 
 def _batches(n: int) -> str:
@@ -228,20 +189,20 @@ def worker_death_kind(e) -> Optional[str]:
     if isinstance(e, BaseException):
         e = _live_exc(e, None)
     head = e.head
-    if _WRAPPER.match((e.message or "").strip()):
+    if vocab.WRAPPER.match((e.message or "").strip()):
         return None  # an exception raised inside a live worker, re-raised: no death
-    if _KILLED.match(head):
+    if vocab.KILLED.match(head):
         return "killed"
-    if _EXITCODE.match(head):
+    if vocab.EXIT_CODE.match(head):
         return "exitcode"
-    if _DIED.match(head):
+    if vocab.DIED.match(head):
         return "died"
-    if _PIN_DIED.match(head):
+    if vocab.PIN_DIED.match(head):
         return "pin"
-    if e.type in _RACE_TYPES and e.frames:
+    if e.type in vocab.ECHO_TYPES and e.frames:
         funcs = {f[2] for f in e.frames}
-        if funcs & {"rebuild_storage_fd", "rebuild_storage_filename", "recvfds"} or (
-                e.kinds & {"mp"} and funcs & _RACE_FUNCS and "loader" in e.kinds | {"torch"}):
+        if funcs & vocab.ECHO_FRAMES or (
+                e.kinds & {"mp"} and funcs & vocab.ECHO_DEEP_FRAMES and "loader" in e.kinds | {"torch"}):
             return "race"
     return None
 
@@ -258,7 +219,7 @@ def is_worker_death(exc: BaseException) -> bool:
     """
     chain = [e for _, e in _chain_of(exc)]
     for e in chain:
-        if _WRAPPER.match((e.message or "").strip()):
+        if vocab.WRAPPER.match((e.message or "").strip()):
             return False
         if worker_death_kind(e) in ("killed", "exitcode", "died", "race"):
             return True
@@ -507,8 +468,6 @@ _WHO = {"child_start": "a spawned child printed while starting", "worker": "a wo
 
 
 # =========================================================================== printed chains
-_TR_WORKER_LINE = re.compile(r"ERROR: Unexpected (segmentation fault|floating-point exception|bus error) "
-                             r"encountered in worker")
 _TR_LINK = {"The above exception was the direct cause of the following exception:": "cause",
             "During handling of the above exception, another exception occurred:": "context"}
 
@@ -559,11 +518,11 @@ def _last_printed_chain(text: str) -> list:
 def _worker_pids_named(chain: list) -> list:
     pids: list = []
     for e in chain:
-        for regex in (_KILLED, _EXITCODE):
+        for regex in (vocab.KILLED, vocab.EXIT_CODE):
             m = regex.match(e.head)
             if m and int(m.group(1)) not in pids:
                 pids.append(int(m.group(1)))
-        m = _DIED.match(e.head)
+        m = vocab.DIED.match(e.head)
         if m:
             pids += [int(p) for p in m.group(1).replace(" ", "").split(",") if p and int(p) not in pids]
     return pids

@@ -7,33 +7,15 @@ import os
 import re
 from typing import Iterable, Optional
 
+from . import messages as vocab
 from .causes import LOADER_CAUSES
 from .evidence import (
-    _CUDA,
     _CUDA_TYPES,
-    _DIED,
-    _EXITCODE,
-    _FD,
     _FORK_FUNCS,
-    _FORK_REFUSED,
-    _GUARD,
-    _KILLED,
-    _MAIN_ATTR,
-    _NATIVE_SIGNALS,
-    _PICKLE,
     _PICKLE_TYPES,
-    _PIN_DIED,
     _RESOURCE_TYPES,
-    _SHM,
-    _SHM_GONE,
-    _SIGNAL_WORDS,
-    _STDIN_MAIN,
     _THREAD_FUNCS,
-    _THREAD_REFUSED,
-    _TIMEOUT,
-    _TORCH_WARNING,
     _WHO,
-    _WRAPPER,
     _Exc,
     _Facts,
     _Finding,
@@ -43,7 +25,6 @@ from .evidence import (
     _inner_traceback,
     _printed,
     _short,
-    _signame,
     _through_loader,
     _worker_pids_named,
     worker_death_kind,
@@ -57,10 +38,10 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
     head = e.head
     bare = _through_loader(e) is None
     conf = "medium" if bare else "high"
-    m = _WRAPPER.match(msg.strip())
+    m = vocab.WRAPPER.match(msg.strip())
     if m:
         return [_classify_wrapper(e, m, where, conf)]
-    if _TIMEOUT.match(head):
+    if vocab.TIMEOUT.match(head):
         return [_Finding("timeout", f"{where}: {e.type}: {_short(head)}", conf)]
     kind = worker_death_kind(e)
     if kind == "race":
@@ -68,9 +49,9 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
                          "a worker that had already exited (its end of the fd-passing socket is gone): an echo "
                          "of the worker's death; its exit status says why", "low", echo=True)]
     if kind == "killed":
-        km = _KILLED.match(head)
+        km = vocab.KILLED.match(head)
         word = km.group(2).strip()
-        sig = next((n for w, n in _SIGNAL_WORDS.items() if word.startswith(w)), None)
+        sig = vocab.signal_from_word(word)
         text = f"{where}: PyTorch reports worker pid {km.group(1)} killed by signal: {word}"
         cause = _cause_for_signal(sig) if sig else "worker_exit"
         if sig == 9:  # PyTorch saw a SIGKILL; whether it was for memory needs memory evidence
@@ -79,7 +60,7 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
         return [_Finding(cause, text, conf, detail=str(sig or ""),
                          variant="sigterm" if sig == 15 else None, pid=int(km.group(1)))]
     if kind == "exitcode":
-        em = _EXITCODE.match(head)
+        em = vocab.EXIT_CODE.match(head)
         return [_Finding("worker_exit", f"{where}: PyTorch reports worker pid {em.group(1)} exited with exit "
                          f"code {em.group(2)}", "medium", detail=f"code {em.group(2)}")]
     if kind == "died":
@@ -91,24 +72,24 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
                          "a worker or the loader failed first: an echo)", "low", echo=True)]
     funcs = {f[2] for f in e.frames}
     spawn_frames = bool(e.kinds & {"mp"})
-    if _GUARD.search(msg) and (bare or spawn_frames):
+    if vocab.GUARD.search(msg) and (bare or spawn_frames):
         return [_Finding("missing_main_guard", f"{where}: {e.type}: {_short(head)}", conf)]
-    if _MAIN_ATTR.search(msg) and (bare or spawn_frames) and e.raised_in != "user":
+    if vocab.MAIN_ATTR.search(msg) and (bare or spawn_frames) and e.raised_in != "user":
         return [_Finding("main_not_importable", f"{where}: {e.type}: {_short(head)}", conf)]
-    if (e.type in _RESOURCE_TYPES and _FORK_REFUSED.search(msg)
+    if (e.type in _RESOURCE_TYPES and vocab.FORK_REFUSED.search(msg)
             and (bare or (spawn_frames and funcs & _FORK_FUNCS)
-                 or (_THREAD_REFUSED.search(msg) and funcs & _THREAD_FUNCS))):
+                 or (vocab.THREAD_REFUSED.search(msg) and funcs & _THREAD_FUNCS))):
         thread = "thread" in msg
         return [_Finding("fork_refused", f"{where}: {e.type}: {_short(head)} - the kernel refused a new "
                          + ("thread" if thread else "process") + " for the DataLoader", conf,
                          variant="thread" if thread else None)]
-    if e.type in _RESOURCE_TYPES and _SHM_GONE.search(msg):
+    if e.type in _RESOURCE_TYPES and vocab.SHM_GONE.search(msg):
         return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)} - the file of a batch in flight "
                          "was gone from /dev/shm (deleted under the loader, not a full /dev/shm)", conf,
                          variant="removed")]
-    if e.type in _RESOURCE_TYPES and _SHM.search(msg):
+    if e.type in _RESOURCE_TYPES and vocab.SHM.search(msg):
         return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)}", conf)]
-    if e.type in _RESOURCE_TYPES and _FD.search(msg):
+    if e.type in _RESOURCE_TYPES and vocab.FD.search(msg):
         if e.raised_in in ("user", "lib") and "mp" not in e.kinds:
             line = next((f for f in reversed(e.frames) if f[3] in ("user", "lib")), None)
             at = f" at {os.path.basename(line[0])}:{line[1]} in {line[2]}" if line else ""
@@ -116,11 +97,11 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
                              f"file opening{at}", conf, variant="user_leak",
                              detail=f"{line[2]}: {line[4]}" if line else "")]
         return [_Finding("fd_limit", f"{where}: {e.type}: {_short(head)}", conf)]
-    if e.type in _CUDA_TYPES and _CUDA.search(msg):
+    if e.type in _CUDA_TYPES and vocab.CUDA.search(msg):
         return [_Finding("cuda_in_worker", f"{where}: {e.type}: {_short(head)}"
                          + (" (CUDA touched by the Dataset in the main process, num_workers=0)"
                             if single_process and not bare else ""), conf)]
-    if (e.type in _PICKLE_TYPES and _PICKLE.search(msg)
+    if (e.type in _PICKLE_TYPES and vocab.PICKLE.search(msg)
             and (bare or (spawn_frames and funcs & {"dump", "dumps", "_launch", "start", "__init__", "_Popen",
                                                    "reduce", "_send", "send"} and e.raised_in != "user"))):
         return [_Finding("unpicklable_dataset", f"{where}: {e.type}: {_short(head)} (raised while sending "
@@ -133,19 +114,19 @@ def _classify_wrapper(e: _Exc, m, where: str, conf: str) -> _Finding:
     inner = _inner_line(e.message)
     inner_frames = [f for f in _frames(_inner_traceback(e.message)) if f[3] != "boot"]
     said = f"{where}: {e.type} 'Caught {inner_type} in {place}' - inner error: {_short(inner)}"
-    if inner_type in _RESOURCE_TYPES and _THREAD_REFUSED.search(inner):
+    if inner_type in _RESOURCE_TYPES and vocab.THREAD_REFUSED.search(inner):
         return _Finding("fork_refused", said + " (the kernel refused a thread the worker's code started)", conf,
                         variant="thread")
-    if inner_type in _RESOURCE_TYPES and _SHM.search(inner):
+    if inner_type in _RESOURCE_TYPES and vocab.SHM.search(inner):
         return _Finding("shm_exhausted", said + " (a shared-memory allocation failed in the worker)", conf)
-    if inner_type in _RESOURCE_TYPES and _FD.search(inner):
+    if inner_type in _RESOURCE_TYPES and vocab.FD.search(inner):
         last = inner_frames[-1] if inner_frames else None
         if last is not None and last[3] in ("user", "lib") and not any(f[3] == "mp" for f in inner_frames):
             return _Finding("fd_limit", said + f" (raised at {os.path.basename(last[0])}:{last[1]} in "
                             f"{last[2]}: the Dataset's own code opening files, not the loader's IPC)", conf,
                             variant="user_leak", detail=f"{last[2]}: {last[4]}" if last[4] else last[2])
         return _Finding("fd_limit", said + " (the worker ran out of file descriptors)", conf)
-    if inner_type in _CUDA_TYPES and _CUDA.search(inner):
+    if inner_type in _CUDA_TYPES and vocab.CUDA.search(inner):
         return _Finding("cuda_in_worker", said + " (CUDA used inside a DataLoader worker)", conf)
     return _Finding("worker_exception", said, conf, detail=_short(inner, 120))
 
@@ -155,7 +136,7 @@ def _cause_for_signal(sig: Optional[int]) -> str:
         return "oom_killed"
     if sig == 7:
         return "shm_exhausted"
-    if sig in _NATIVE_SIGNALS:
+    if sig in vocab.NATIVE_SIGNALS:
         return "native_crash"
     return "worker_exit"
 
@@ -164,7 +145,7 @@ def _cause_for_signal(sig: Optional[int]) -> str:
 #: tracebacks at once, unbuffered stderr cuts their lines into pieces (a row of carets is written a caret at
 #: a time) and a traceback's last line can be a piece of the other's, but an exception's message is one
 #: write and stays whole, so these are looked for in the whole stderr
-_INTACT = (("missing_main_guard", _GUARD), ("main_not_importable", _MAIN_ATTR),
+_INTACT = (("missing_main_guard", vocab.GUARD), ("main_not_importable", vocab.MAIN_ATTR),
            ("fd_limit", re.compile(r"\[Errno 24\] Too many open files|received 0 items of ancdata")))
 
 
@@ -184,21 +165,21 @@ def _stderr_findings(facts: _Facts) -> list:
         if p.who == "other" or not p.last:
             continue
         text, cause = p.last, None
-        if _THREAD_REFUSED.search(text) and p.who in ("worker", "feeder", "mp_child", "child_start"):
+        if vocab.THREAD_REFUSED.search(text) and p.who in ("worker", "feeder", "mp_child", "child_start"):
             cause = "fork_refused"  # a thread the process needed: its queue feeder, the fd sharer, its own
-        elif _GUARD.search(text):
+        elif vocab.GUARD.search(text):
             cause = "missing_main_guard"
-        elif _MAIN_ATTR.search(text) and p.who == "child_start":
+        elif vocab.MAIN_ATTR.search(text) and p.who == "child_start":
             cause = "main_not_importable"
-        elif _STDIN_MAIN.search(text) and p.who == "child_start":
+        elif vocab.STDIN_MAIN.search(text) and p.who == "child_start":
             cause = "main_not_importable"
-        elif _SHM.search(text):
+        elif vocab.SHM.search(text):
             cause = "shm_exhausted"
-        elif _FD.search(text):
+        elif vocab.FD.search(text):
             cause = "fd_limit"
-        elif _CUDA.search(text) and p.who in ("worker", "child_start", "mp_child"):
+        elif vocab.CUDA.search(text) and p.who in ("worker", "child_start", "mp_child"):
             cause = "cuda_in_worker"
-        elif _PICKLE.search(text) and p.who in ("child_start", "feeder"):
+        elif vocab.PICKLE.search(text) and p.who in ("child_start", "feeder"):
             cause = "unpicklable_dataset"
         elif (whole := _intact(facts.stderr)) is not None:  # this traceback's lines were cut up by another's
             cause, text = whole
@@ -211,7 +192,7 @@ def _stderr_findings(facts: _Facts) -> list:
         found.append(_Finding(cause, f"stderr: {_WHO[p.who]}: {_short(text)}" + (
             " - the kernel refused a thread the process needed" if cause == "fork_refused" else ""), "medium",
             detail=text if cause == "worker_exit" else "", variant=variant))
-    for m in _TORCH_WARNING.finditer(facts.stderr):
+    for m in vocab.TORCH_WARNING.finditer(facts.stderr):
         path, category, text = m.groups()
         if re.search(r"Got pickle error when attempting to start a worker Process", text):
             found.append(_Finding("unpicklable_dataset", f"stderr: {category} from {os.path.basename(path)} "
@@ -306,7 +287,7 @@ def after_the_failure(facts: _Facts, w) -> Optional[str]:
     if not dead:
         return None
     them = ", ".join(str(x.pid) for x in dead)
-    listed = [e for c in chains for e in c if _DIED.match(e.head)]
+    listed = [e for c in chains for e in c if vocab.DIED.match(e.head)]
     if listed:
         return (f"PyTorch's list of the workers dead when it raised, pid(s) {them}, leaves it out: it was "
                 "alive then")
@@ -338,7 +319,7 @@ def _worker_findings(facts: _Facts) -> list:
         who = "DataLoader worker" if w.role == "dataloader_worker" else "child process"
         if w.exitcode < 0:
             sig = -w.exitcode
-            text = f"{who} pid {w.pid}: killed by {_signame(sig)}"
+            text = f"{who} pid {w.pid}: killed by {vocab.signal_name(sig)}"
             cause = _cause_for_signal(sig)
             if sig == 9:
                 why = _memory_evidence(facts, w.pid)
@@ -352,7 +333,7 @@ def _worker_findings(facts: _Facts) -> list:
                 found.append(_Finding("worker_exit", f"{text} (SIGTERM: sent from outside the worker, or by the "
                                       "DataLoader's own shutdown of a worker that did not stop)", "low",
                                       variant="sigterm", detail="15"))
-            elif sig in _NATIVE_SIGNALS and (why := after_the_failure(facts, w)):
+            elif sig in vocab.NATIVE_SIGNALS and (why := after_the_failure(facts, w)):
                 found.append(_after_finding(facts, w, text, why))
             else:
                 found.append(_Finding(cause, text, "high", detail=str(sig)))
@@ -385,10 +366,10 @@ def _main_signal_findings(facts: _Facts) -> list:
             return [_Finding("oom_killed", f"main process killed by SIGKILL - {why}", "high")]
         return [_Finding("oom_killed", "main process killed by SIGKILL; no memory evidence recorded: any of "
                          + _OTHER_SIGKILL + " may have sent it", "low", variant="no_memory_evidence")]
-    if sig in _NATIVE_SIGNALS or sig == 7:
-        return [_Finding("_main_native", f"main process killed by {_signame(sig)} (native code crashed in the "
+    if sig in vocab.NATIVE_SIGNALS or sig == 7:
+        return [_Finding("_main_native", f"main process killed by {vocab.signal_name(sig)} (native code crashed in the "
                          "main process)", "high", detail=str(sig))]
-    return [_Finding("_main_stopped", f"main process killed by {_signame(sig)}", "high", detail=str(sig))]
+    return [_Finding("_main_stopped", f"main process killed by {vocab.signal_name(sig)}", "high", detail=str(sig))]
 
 
 def _stall_findings(facts: _Facts) -> list:
@@ -444,25 +425,25 @@ _STARTUP_GUARD = re.compile(r"bootstrapping phase")
 def _text_causes(e: _Exc) -> Optional[frozenset]:
     """The causes that account for one DataLoader error text; None when the text is no DataLoader error."""
     head, msg = e.head, (e.message or "").strip()
-    m = _WRAPPER.match(msg)
+    m = vocab.WRAPPER.match(msg)
     if m:
         return frozenset({_classify_wrapper(e, m, "", "high").cause})
-    if _THREAD_REFUSED.search(msg):
+    if vocab.THREAD_REFUSED.search(msg):
         return frozenset({"fork_refused"})
-    if _TIMEOUT.match(head):
+    if vocab.TIMEOUT.match(head):
         return frozenset({"timeout"})
-    km = _KILLED.match(head)
+    km = vocab.KILLED.match(head)
     if km:
-        sig = next((n for w, n in _SIGNAL_WORDS.items() if km.group(2).strip().startswith(w)), None)
+        sig = vocab.signal_from_word(km.group(2))
         causes = {_cause_for_signal(sig)}
         if sig in (9, 15):  # the runner's own stop of a stuck run, or a launcher's SIGTERM
             causes |= {"hang", "timeout", "worker_exit", "oom_killed"}
         return frozenset(causes)
-    if _EXITCODE.match(head) or _DIED.match(head) or _PIN_DIED.match(head):
+    if vocab.EXIT_CODE.match(head) or vocab.DIED.match(head) or vocab.PIN_DIED.match(head):
         return _ANY_LOADER  # an echo: any death of a worker or failure of the loader accounts for it
     if _STARTUP_GUARD.search(msg):
         return frozenset({"missing_main_guard"})
-    if _MAIN_ATTR.search(msg):
+    if vocab.MAIN_ATTR.search(msg):
         return frozenset({"main_not_importable", "missing_main_guard"})
     return None
 

@@ -6,19 +6,17 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from . import messages as vocab
 from .causes import CATALOGUE, UNKNOWN
 from .decide import (
     _decide,
     _summary,
 )
 from .evidence import (
-    _TR_WORKER_LINE,
-    _WRAPPER,
     _Facts,
     _Finding,
     _last_printed_chain,
     _short,
-    _signame,
     _Worker,
     _worker_pids_named,
 )
@@ -134,12 +132,12 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
     sub.main_signal = -code if isinstance(code, int) and code < 0 else None
     sub.ended = chain
     sub.workers = [_Worker(pid, None) for pid in _worker_pids_named(chain)]
-    if not sub.workers and any(_WRAPPER.match(e.head) and "worker process" in e.head for e in chain):
+    if not sub.workers and any(vocab.WRAPPER.match(e.head) and "worker process" in e.head for e in chain):
         sub.workers = [_Worker(None, None)]  # "Caught X in DataLoader worker process N": it had workers
     cause, mine, conf, others, recovered = _decide(sub)
     if not chain and sub.main_signal is None:
         cause, conf = UNKNOWN, "low"
-    line = _TR_WORKER_LINE.search(facts.stderr)  # a worker's own line has no [rankN]: prefix
+    line = vocab.WORKER_LINE.search(facts.stderr)  # a worker's own line has no [rankN]: prefix
     if line and conf == "low" and cause in ("worker_exit", UNKNOWN) and (chain or sub.main_signal):
         # the rank saw only an echo of a worker's death (a fetch from its gone socket); the worker's own
         # C-level line says how it died
@@ -172,7 +170,7 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
     rank, code = root["rank"], root["exitcode"]
     cause, mine, conf, sub = chosen["cause"], chosen["mine"], chosen["conf"], chosen["sub"]
     where = f"rank {rank} (local rank {root['local_rank']}, pid {root['pid']})"
-    how = f"killed by {root['signal'] or _signame(-code)}" if isinstance(code, int) and code < 0 \
+    how = f"killed by {root['signal'] or vocab.signal_name(-code)}" if isinstance(code, int) and code < 0 \
         else f"exit code {code}"
     head = f"torchrun: {where} failed first ({how})"
     if cause in CATALOGUE and cause != "ok":

@@ -30,9 +30,10 @@ PyTorch named to workers that really died.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Optional
+
+from ..diagnosis import messages as vocab
 
 # id -> (what it looks like, the start methods under which PyTorch can produce it)
 SHAPES: dict = {
@@ -46,14 +47,8 @@ SHAPES: dict = {
                ("fork", "spawn", "forkserver")),
 }
 
-GENERIC = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly\s*$")
-KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)\.?")
-EXIT_CODE = re.compile(r"DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (-?\d+)")
-SOCKET_TYPES = ("ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError", "BrokenPipeError",
-                "EOFError", "FileNotFoundError")
-# the signal words PyTorch's handler prints (strsignal), by number
-SIGNAL_WORDS = {9: "Killed", 11: "Segmentation fault", 7: "Bus error", 6: "Aborted",
-                8: "Floating point exception", 4: "Illegal instruction", 15: "Terminated"}
+#: the errors of receiving a dead worker's batch (the ``socket`` shape): the diagnosis's echo types
+SOCKET_TYPES = vocab.ECHO_TYPES
 
 
 @dataclass
@@ -86,11 +81,11 @@ def classify(run) -> Optional[Death]:
     chain = _chain(run)
     handler = []
     for etype, msg in chain:
-        for m in KILLED.finditer(msg):
+        for m in vocab.KILLED.finditer(msg):
             handler.append((int(m.group(1)), m.group(2).strip(), None, f"{etype}: {m.group(0)}"))
-        for m in EXIT_CODE.finditer(msg):
+        for m in vocab.EXIT_CODE.finditer(msg):
             handler.append((int(m.group(1)), None, int(m.group(2)), f"{etype}: {m.group(0)}"))
-    generic = [(etype, msg, m) for etype, msg in chain for m in [GENERIC.search(msg)] if m]
+    generic = [(etype, msg, m) for etype, msg in chain for m in [vocab.DIED.search(msg)] if m]
     if generic:
         pids = tuple(int(p) for p in generic[0][2].group(1).replace(" ", "").split(",") if p)
         messages = [f"{generic[0][0]}: {generic[0][1]}"]
@@ -142,8 +137,8 @@ def check_death(run, *, signal: Optional[int] = None, exitcode: Optional[int] = 
         assert set(death.pids) <= known, f"PyTorch named pids {death.pids}, the run's workers are {sorted(known)}"
         assert set(death.pids) & {w.pid for w in dead}, \
             f"PyTorch named pids {death.pids}, the workers that died so are {[w.pid for w in dead]}"
-    if death.signal_word is not None and signal is not None and signal in SIGNAL_WORDS:
-        assert death.signal_word == SIGNAL_WORDS[signal], \
+    if death.signal_word is not None and signal is not None:
+        assert vocab.signal_from_word(death.signal_word) == signal, \
             f"handler said {death.signal_word!r}, expected signal {signal}"
     if death.exitcode is not None and exitcode is not None:
         assert death.exitcode == exitcode, f"handler said exit code {death.exitcode}, expected {exitcode}"

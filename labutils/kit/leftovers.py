@@ -12,6 +12,8 @@ works), and not a diff of the machine's /dev/shm (neighbours' files come and go 
 
 from __future__ import annotations
 
+from ..diagnosis.messages import torch_segment_pid
+
 #: :func:`left_behind` of a run that PyTorch and the OS cleaned up after.
 NOTHING = {"files": [], "unended_workers": []}
 
@@ -20,12 +22,20 @@ def left_behind(run) -> dict:
     """``{"files": [...], "unended_workers": [...]}`` for one finished run.
 
     ``files``: names of the run's own /dev/shm files (in its ledger) that were still there when all its
-    processes had ended, which the runner then removed. ``unended_workers``: pids of its DataLoader
-    workers with no recorded exit status (the runner had to kill them).
+    processes had ended: the ones the runner then removed, or failed to remove (``leftover_files``, less
+    the temporary folders it also lists).
+    ``unended_workers``: pids of its DataLoader workers with no recorded exit status (the runner had to
+    kill them).
     """
     created = set(getattr(run, "shm_created", []) or [])
-    files = sorted(n for n in (getattr(run, "shm_removed", []) or []) if n in created)
-    unended = sorted(w.pid for w in run.dataloader_workers if w.exitcode is None)
+    removed = set(getattr(run, "shm_removed", []) or [])
+    failed = {n for n in getattr(run, "leftover_files", []) or [] if "/" not in n}  # not the temp folders
+    # the ledger's torch_ segments are the ones found at the run's end; its semaphores, every one created
+    files = sorted({n for n in created if n.startswith("torch_")} | (removed & created) | failed)
+    workers = getattr(run, "dataloader_workers", None)
+    if workers is None:
+        workers = [w for w in getattr(run, "workers", []) or [] if w.role == "dataloader_worker"]
+    unended = sorted(w.pid for w in workers if w.exitcode is None)
     return {"files": files, "unended_workers": unended}
 
 
@@ -38,9 +48,4 @@ def not_clean(runs: dict) -> dict:
 def torch_files_of(run) -> list:
     """The ``torch_<pid>_*`` names the runner removed for ``run`` whose pid is one of the run's processes."""
     pids = {w.pid for w in getattr(run, "workers", [])}
-    out = []
-    for name in getattr(run, "shm_removed", []) or []:
-        parts = name.split("_")
-        if name.startswith("torch_") and len(parts) > 2 and parts[1].isdigit() and int(parts[1]) in pids:
-            out.append(name)
-    return out
+    return [n for n in getattr(run, "shm_removed", []) or [] if torch_segment_pid(n) in pids]

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..diagnosis.messages import is_echo_traceback
+from .leftovers import left_behind
+
 
 def run_start_method(result) -> Optional[str]:
     """The start method the run's first DataLoader with workers used (``fork``/``forkserver``/``spawn``).
@@ -74,14 +77,11 @@ def shm_left(run, prefixes: tuple = ("torch_", "sem.mp-")) -> list:
     """The run's own ``/dev/shm`` files that were still there when its processes had all ended.
 
     These are what PyTorch (``torch_*`` segments) and multiprocessing (``sem.mp-*`` semaphores) did not
-    unlink themselves, so the runner had to: the run's ledger (``shm_created`` holds the run's segments
-    found at its end) and what the runner then removed or failed to remove (``shm_removed``,
-    ``leftover_files``). Files of other processes never appear here. Expected ``[]`` for a run whose
-    processes ended normally.
+    unlink themselves, so the runner had to (:func:`labutils.kit.leftovers.left_behind`'s ``files``, kept
+    to the names that start with ``prefixes``). Files of other processes never appear here. Expected ``[]``
+    for a run whose processes ended normally.
     """
-    names = {n for n in getattr(run, "shm_created", []) or [] if n.startswith("torch_")}
-    names |= set(getattr(run, "shm_removed", []) or []) | set(getattr(run, "leftover_files", []) or [])
-    return sorted(n for n in names if n.startswith(prefixes))
+    return [n for n in left_behind(run)["files"] if n.startswith(prefixes)]
 
 
 def unended_workers(run) -> list:
@@ -95,18 +95,15 @@ def unended_workers(run) -> list:
 
 
 # --------------------------------------------------------------------------- echoes of a death
-ECHO_TYPES = ("ConnectionResetError", "EOFError")
-
-
 def echoes(run) -> list:
-    """The exceptions of ``run``'s chain raised while fetching a batch's file descriptor from a worker.
+    """The exceptions of ``run``'s chain raised while fetching a batch from a worker that had died.
 
-    That is: a ``ConnectionResetError`` or ``EOFError`` whose traceback passes through torch's
-    ``rebuild_storage_fd`` or multiprocessing's ``recvfds`` (a chained exception's traceback may hold only
-    its innermost frames). They are echoes of a worker's death, never its reason (notebook 01).
+    That is: an exception of the echo types (``ConnectionResetError``, ``EOFError``, ...) whose traceback
+    passes through torch's ``rebuild_storage_fd`` or multiprocessing's ``recvfds`` (a chained exception's
+    traceback may hold only its innermost frames); :mod:`labutils.diagnosis.messages` defines both. They
+    are echoes of a worker's death, never its reason (notebook 01).
     """
-    return [e for e in getattr(run, "exceptions", []) or [] if e.type in ECHO_TYPES
-            and any(step in (e.traceback or "") for step in ("rebuild_storage_fd", "recvfds"))]
+    return [e for e in getattr(run, "exceptions", []) or [] if is_echo_traceback(e.type, e.traceback)]
 
 
 def kernel_max_usage(run) -> Optional[int]:
