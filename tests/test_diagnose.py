@@ -84,7 +84,10 @@ def test_every_cause_has_fixes_naming_a_notebook():
 
 def test_explain_rejects_other_objects():
     with pytest.raises(TypeError):
-        explain("DataLoader worker exited unexpectedly")
+        explain(b"DataLoader worker exited unexpectedly")
+    with pytest.raises(TypeError):
+        explain(42)
+    assert explain("DataLoader worker exited unexpectedly").source == "log"  # a str is a log's text
 
 
 # --------------------------------------------------------------------------- one rule per cause

@@ -24,7 +24,10 @@ PROG = "python -m labutils diagnose"
 DEFAULT_STALL = 300.0
 DEFAULT_TIMEOUT = None  # no total limit: a long healthy run is not a hang
 
-_EPILOG = """torchrun: `python -m labutils diagnose --torchrun --nproc-per-node 2 train.py ARGS` launches
+_EPILOG = """a log: `python -m labutils diagnose --log FILE [FILE ...]` (- for standard input) names the cause
+from the text a job printed, without running anything (see --log --help).
+
+torchrun: `python -m labutils diagnose --torchrun --nproc-per-node 2 train.py ARGS` launches
 train.py as torchrun would (CPU or GPU, a local rendezvous) and names the first failed rank and why.
 
 exit status: 0 when the run was diagnosed `ok`, 1 when a cause was found, 2 for a usage error
@@ -270,7 +273,8 @@ def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
     d = result.diagnosis
     out = {
         "cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
-        "evidence": d.evidence,
+        "evidence": d.evidence, "source": d.source, "proves": d.proves, "cannot_prove": d.cannot_prove,
+        "decide_with": d.decide_with,
         "fixes": [{"text": f.text, "notebook": f.notebook, "path": f.path} for f in d.fixes],
         "outcome": result.outcome, "exit": result.exit_text, "returncode": result.returncode,
         "signal": result.signal, "reason": result.reason,
@@ -318,6 +322,79 @@ def _report_text(result, script: str, quiet: bool) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- --log FILE [FILE ...]
+LOG_USAGE = f"usage: {PROG} --log FILE [FILE ...] [--json]   (FILE - reads standard input)"
+
+
+def _log_mode(argv: Sequence[str]) -> bool:
+    """``--log`` among the options (before a SCRIPT, if any)."""
+    for arg in argv:
+        if arg == "--log" or arg.startswith("--log="):
+            return True
+        if not arg.startswith("-"):
+            return False
+    return False
+
+
+def log_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"{PROG} --log", description="Name the cause of a DataLoader failure from the text a job "
+                "printed: its stdout, its stderr, dmesg output, kubectl describe pod, a Slurm .err file (each "
+                "FILE is evidence of the same job; - reads standard input). The report says what the text "
+                "proves, what it cannot, and the command that decides it on the job's machine.")
+    p.add_argument("--log", metavar="FILE", nargs="+", required=True, help="log files of one job (- for stdin)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    return p
+
+
+def log_report_dict(d, log) -> dict:
+    """The ``--json`` object for a log: a run's diagnosis keys, with ``source: "log"`` and what was read."""
+    out = {"cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
+           "evidence": d.evidence, "fixes": [{"text": f.text, "notebook": f.notebook, "path": f.path}
+                                             for f in d.fixes],
+           "source": "log", "proves": d.proves, "cannot_prove": d.cannot_prove, "decide_with": d.decide_with,
+           "files": list(log.names), "bytes_read": log.bytes_read, "lines_read": log.lines_read}
+    for name in ("unexplained", "launch"):
+        if getattr(d, name, None):
+            out[name] = getattr(d, name)
+    return out
+
+
+def log_main(argv: Sequence[str]) -> int:
+    """``diagnose --log FILE [FILE ...]``: 0 when no DataLoader failure is named, 1 when a cause is, 2 for a
+    usage error or a log that cannot be read (one line)."""
+    from ..diagnosis.diagnose import explain_log
+    from ..diagnosis.logread import LogError, read_logs
+
+    if any(a in ("-h", "--help") for a in argv):
+        log_parser().print_help()
+        return 0
+    try:
+        args = log_parser().parse_args(list(argv))
+    except UsageError as exc:
+        print(f"labutils diagnose: {exc}", file=sys.stderr)
+        print(LOG_USAGE, file=sys.stderr)
+        return 2
+    try:
+        log = read_logs(args.log)
+    except LogError as exc:
+        print(f"labutils diagnose: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("labutils diagnose: interrupted", file=sys.stderr)
+        return 130
+    d = explain_log(log)
+    try:
+        if args.json:
+            print(json.dumps(log_report_dict(d, log), default=repr))
+        else:
+            print(f"diagnose --log {' '.join(log.names)}:")
+            print(str(d))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0 if d.cause == "ok" or (d.cause == "unknown" and d.summary.startswith("no DataLoader failure")) else 1
+
+
 def _usage_fail(message: str) -> int:
     print(f"labutils diagnose: {message}", file=sys.stderr)
     print(f"usage: {PROG} [OPTIONS] SCRIPT|NOTEBOOK [ARGS...]   (--help for the options)", file=sys.stderr)
@@ -327,6 +404,8 @@ def _usage_fail(message: str) -> int:
 def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``python -m labutils diagnose``; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if _log_mode(argv):
+        return log_main(argv)
     if argv and argv[0] in ("-h", "--help"):
         build_parser().print_help()
         return 0

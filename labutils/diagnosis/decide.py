@@ -73,7 +73,8 @@ def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
 def _chain_where(e: _Exc) -> str:
     base = {"ended": "exception that ended the script", "next": "exception from the DataLoader",
             "init": "exception while creating the DataLoader iterator (starting its workers)",
-            "live": "the exception"}[e.origin]
+            "live": "the exception", "quoted": "a DataLoader message quoted in the message of the exception "
+            "below (a re-raised error of a child process or a wrapper)"}[e.origin]
     if e.origin in ("next", "init") and e.ended_run:
         base += ", which ended the script"
     elif e.origin in ("next", "init"):

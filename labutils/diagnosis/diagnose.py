@@ -33,12 +33,16 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNSUPPORTED, Fix
+from . import messages as vocab
+from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix
+from .deciding import SCRIPT, open_question
+from .fromlog import facts_from_text, memory_words
+from .logread import LogText, read_text
 
 __all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "environment_probes",
-           "explain", "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures", "worker_death_kind"]
+           "explain", "explain_log", "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures",
+           "worker_death_kind"]
 
-from . import messages as vocab
 from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
 from .decide import _decide, _summary
 from .evidence import (
@@ -52,10 +56,11 @@ from .evidence import (
     _short,
     _worker_pids_named,
     is_worker_death,
+    with_quoted,
     worker_death_kind,
 )
 from .model import Diagnosis, _fixes, environment_probes
-from .rules import _stack_lines, _unexplained, after_the_failure, kernel_killed
+from .rules import _classify, _stack_lines, _unexplained, after_the_failure, kernel_killed
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import build_tree
 
@@ -66,9 +71,12 @@ _ = (_Exc, _fixes)  # imported from here by tests and older code
 def explain(obj) -> Diagnosis:
     """Name the cause of a failed (or successful) DataLoader run.
 
-    ``obj`` is a :class:`~labutils.runner.result.RunResult` or a live exception (``except Exception as e:
-    labutils.explain(e)``). Returns a :class:`Diagnosis`.
+    ``obj`` is a :class:`~labutils.runner.result.RunResult`, a live exception (``except Exception as e:
+    labutils.explain(e)``) or the text of a log (a ``str``: what a job printed, pasted). Returns a
+    :class:`Diagnosis`.
     """
+    if isinstance(obj, str):
+        return explain_log(read_text(obj))
     if isinstance(obj, BaseException):
         facts = _facts_from_exception(obj)
     elif hasattr(obj, "outcome") and hasattr(obj, "loader_events"):
@@ -80,7 +88,8 @@ def explain(obj) -> Diagnosis:
         if launch is not None:
             return launch
     else:
-        raise TypeError(f"explain() takes a RunResult or an exception, not {type(obj).__name__}")
+        raise TypeError(f"explain() takes a RunResult, an exception or a log's text (str), not "
+                        f"{type(obj).__name__}")
 
     tree = build_tree(obj, _last_printed_chain, _worker_pids_named, _run_method(facts)) \
         if facts.source == "run" else []
@@ -133,8 +142,79 @@ def explain(obj) -> Diagnosis:
         evidence.insert(len(mine), f"failing process: DataLoader worker pid {process['pid']} of the main process"
                         + (f" ({process['name']})" if process["name"] else "")
                         + (f", started by {process['start_method']}" if process["start_method"] else ""))
-    return Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, facts.source, recovered,
-                     process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
+    d = Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, facts.source, recovered,
+                  process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
+    return _with_open_question(d, mine)
+
+
+def _with_open_question(d: Diagnosis, mine: list) -> Diagnosis:
+    """Fill what the deciding evidence proves, what it cannot, and the command that decides it."""
+    d.proves = [f.text for f in mine[:3]]
+    if d.cause not in ("ok", UNKNOWN) or d.source == "log":
+        d.cannot_prove, d.decide_with = open_question(d.cause, d.confidence)
+    return d
+
+
+# =========================================================================== a log's text
+def explain_log(log: LogText) -> Diagnosis:
+    """The diagnosis of a log's text (read by :func:`labutils.diagnosis.logread.read_logs`): the primary
+    failure printed in it, with the platform's words as evidence; ``source`` is ``"log"``."""
+    facts, others, words = facts_from_text(log.text)
+    memory = memory_words(words)
+    if not facts.ended and facts.main_signal is None:
+        d = Diagnosis(UNKNOWN, "no DataLoader failure in this text: no Python traceback, no PyTorch message "
+                      "about a worker and no kill by the platform", [*_read_lines(log)], [], "medium", "log")
+        d.cannot_prove, d.decide_with = ("whether the job failed at all (give the whole output: its stderr, "
+                                         "and dmesg or the scheduler's report)", SCRIPT)
+        return d
+    launch = _torchrun_diagnosis(facts) if "Root Cause (first observed failure)" in log.text else None
+    if launch is not None:
+        launch.source = "log"
+        return _log_caps(launch, [], memory, log, [])
+    cause, mine, conf, more, recovered = _decide(facts)
+    if cause is None:
+        cause, conf = UNKNOWN, "low"
+    if cause == "oom_killed" and conf == "low" and memory:
+        mine.insert(0, _Finding("oom_killed", "the platform says the kill was for memory: " + "; ".join(memory),
+                                "high"))
+        conf = "high"
+    summary = _summary(cause, facts, mine, recovered) if cause in CATALOGUE and cause != "ok" else \
+        "the text names a failure, but nothing in it says where it came from"
+    evidence = [f.text for f in mine] + [f"also seen: {f.text}" for f in more if f.text not in
+                                          {m.text for m in mine}]
+    loose = []
+    for chain in others:
+        found = [f for e in with_quoted(chain) for f in _classify(e, "another traceback in the text", False)
+                 if not f.cause.startswith("_") and not f.echo and f.cause != cause]
+        loose += [f"{f.cause}: {f.text}" for f in found]
+    variant = next((f.variant for f in mine if f.variant not in (None, "startup")), None)
+    if cause == "oom_killed" and conf != "high":
+        variant = "no_memory_evidence"
+    d = Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, "log", recovered, unexplained=loose[:8])
+    return _log_caps(_with_open_question(d, mine), mine, memory, log, loose)
+
+
+def _log_caps(d: Diagnosis, mine: list, memory: list, log: LogText, loose: list) -> Diagnosis:
+    """A log decides with ``high`` only what its text alone decides."""
+    texts = " ".join(f.text for f in mine)
+    signal_only = d.cause == "shm_exhausted" and not vocab.SHM.search(texts) and not vocab.SHM_GONE.search(texts)
+    if d.confidence == "high" and (signal_only or loose or d.cause in ("worker_exit", "hang")):
+        d.confidence = "medium"
+    if d.cause == "oom_killed" and d.confidence == "high" and not memory and not any(
+            "memory" in f.text for f in mine if f.conf == "high"):
+        d.confidence = "low"
+    if d.confidence != "high":
+        d.cannot_prove, d.decide_with = open_question(d.cause, d.confidence)
+    d.evidence = d.evidence + _read_lines(log)
+    return d
+
+
+def _read_lines(log: LogText) -> list:
+    lines = [f"read: {', '.join(log.names)} ({log.bytes_read} bytes, {log.lines_read} lines)"]
+    if log.bytes_skipped:
+        lines.append(f"{log.bytes_skipped} bytes between the excerpts kept held no failure words (not read "
+                     "as evidence)")
+    return lines + list(log.notes)
 
 
 def _failing_process(tree: list, mine: list) -> Optional[dict]:

@@ -207,6 +207,36 @@ def worker_death_kind(e) -> Optional[str]:
     return None
 
 
+def quoted(e: _Exc) -> Optional[_Exc]:
+    """A DataLoader death or worker-error message quoted inside another exception's message (a harness that
+    runs the loader in a child process and re-raises its error, a framework's wrapper), as an exception of
+    its own with origin ``quoted``; None when there is none, or when the message is the DataLoader's own."""
+    msg = e.message or ""
+    if worker_death_kind(e) or vocab.WRAPPER.match(msg.strip()):
+        return None
+    for regex in (vocab.KILLED, vocab.EXIT_CODE, vocab.DIED):
+        m = regex.search(msg)
+        if m:
+            end = msg.find("\n", m.start())
+            return _Exc("RuntimeError", msg[m.start(): end if end >= 0 else None].strip(), "", None, "quoted")
+    i = msg.find("Caught ")
+    if i >= 0 and vocab.WRAPPER.match(msg[i:]):
+        return _Exc("RuntimeError", msg[i:], "", None, "quoted")
+    return None
+
+
+def with_quoted(chain: list) -> list:
+    """``chain`` with each quoted DataLoader message (:func:`quoted`) put before the exception quoting it,
+    when no link of the chain is a DataLoader message of its own."""
+    if any(worker_death_kind(e) or vocab.WRAPPER.match((e.message or "").strip()) for e in chain):
+        return chain
+    out = []
+    for e in chain:
+        inner = quoted(e)
+        out += [inner, e] if inner is not None else [e]
+    return out
+
+
 def is_worker_death(exc: BaseException) -> bool:
     """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
 
@@ -369,7 +399,7 @@ def _through_loader(e: _Exc) -> Optional[bool]:
     how a worker's batch reaches the main process); False for a traceback without one; None when there
     is no traceback at all (an exception built by hand: only its message is left to judge).
     """
-    if e.origin in ("next", "init"):
+    if e.origin in ("next", "init", "quoted"):
         return True
     if not e.frames:
         return None

@@ -20,7 +20,8 @@ class Diagnosis:
     ``"high"`` (structured evidence: exit codes, signals, PyTorch's own messages where PyTorch raised
     them, the memory watchdog or the kernel's OOM record), ``"medium"`` (a message without its origin,
     a child's stderr traceback) or ``"low"`` (a fallback: a bare hang, a SIGKILL with no memory
-    evidence); ``source`` is ``"run"`` for a RunResult and ``"exception"`` for a live exception.
+    evidence); ``source`` is ``"run"`` for a RunResult, ``"exception"`` for a live exception
+    and ``"log"`` for a log's text.
     ``recovered`` is True when the script caught the failure and finished anyway.
     """
 
@@ -40,6 +41,10 @@ class Diagnosis:
     tree: list = field(default_factory=list)
     #: DataLoader error texts in the record that the cause does not explain (then confidence is not high)
     unexplained: list = field(default_factory=list)
+    #: what the evidence proves, what it cannot, and the one command that decides it where the job ran
+    proves: list = field(default_factory=list)
+    cannot_prove: str = ""
+    decide_with: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -61,6 +66,13 @@ class Diagnosis:
         if self.unexplained:
             lines.append("not explained by this cause:")
             lines.extend(f"  - {t}" for t in self.unexplained)
+        if self.proves:
+            lines.append("what this proves:")
+            lines.extend(f"  - {t}" for t in self.proves)
+        if self.cannot_prove:
+            lines.append(f"what it cannot prove: {self.cannot_prove}")
+        if self.decide_with:
+            lines.append(f"to decide it, run on the job's machine: {self.decide_with}")
         if self.fixes:
             lines.append("fixes:")
             lines.extend(f"  - {f}" for f in self.fixes)
@@ -75,6 +87,8 @@ class Diagnosis:
                 f"<div><b>cause: <code style='color:{colour}'>{esc(self.cause)}</code></b> "
                 f"<small>({esc(self.confidence)} confidence)</small> &mdash; {esc(self.summary)}</div>"
                 + (f"<div>evidence:</div><ul style='margin:2px 0'>{ev}</ul>" if ev else "")
+                + (f"<div>cannot prove: {esc(self.cannot_prove)}</div>" if self.cannot_prove else "")
+                + (f"<div>to decide it: <code>{esc(self.decide_with)}</code></div>" if self.decide_with else "")
                 + (f"<div>fixes:</div><ul style='margin:2px 0'>{fx}</ul>" if fx else "")
                 + "</div>")
 

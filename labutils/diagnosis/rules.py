@@ -37,7 +37,7 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
     msg = e.message or ""
     head = e.head
     bare = _through_loader(e) is None
-    conf = "medium" if bare else "high"
+    conf = "medium" if bare or e.origin == "quoted" else "high"
     m = vocab.WRAPPER.match(msg.strip())
     if m:
         return [_classify_wrapper(e, m, where, conf)]
