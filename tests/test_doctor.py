@@ -13,8 +13,9 @@ import types
 
 import pytest
 
+from labutils.machine import probes
 from labutils.machine.doctor import CheckResult, DoctorReport, doctor, doctor_main, shm_budget
-from labutils.runner import startmethod
+from labutils.runner import cgroupfs, startmethod
 from labutils.runner.sizes import format_size, parse_size
 
 # The module itself: the package attribute `labutils.machine.doctor` is the doctor() function it re-exports.
@@ -128,7 +129,7 @@ def test_shm_budget_arithmetic_and_thresholds():
 def test_small_fake_shm_warns(monkeypatch):
     if not sys.platform.startswith("linux"):
         pytest.skip("/dev/shm checks are Linux-only")
-    monkeypatch.setattr(doctor_mod, "_shm_probe", lambda path=doctor_mod.SHM_PATH: (64 * MiB, 60 * MiB))
+    monkeypatch.setattr(probes, "shm_usage", lambda path=probes.SHM_PATH: (64 * MiB, 60 * MiB))
     report = doctor(num_workers=2, batch_bytes="8M")
     assert report["shm"].status == "WARN" and "64.0 MiB total" in report["shm"].detail
     assert "--shm-size" in report["shm"].advice
@@ -139,7 +140,7 @@ def test_small_fake_shm_warns(monkeypatch):
 def test_shm_budget_thresholds_inside_doctor(monkeypatch):
     if not sys.platform.startswith("linux"):
         pytest.skip("/dev/shm checks are Linux-only")
-    monkeypatch.setattr(doctor_mod, "_shm_probe", lambda path=doctor_mod.SHM_PATH: (64 * MiB, 60 * MiB))
+    monkeypatch.setattr(probes, "shm_usage", lambda path=probes.SHM_PATH: (64 * MiB, 60 * MiB))
     assert doctor(num_workers=2, batch_bytes="5M")["shm_budget"].status == "OK"  # 5 x 6 = 30 of 60
     assert doctor(num_workers=2, batch_bytes="10M")["shm_budget"].status == "WARN"  # 60 of 60
     report = doctor(num_workers=2, batch_bytes="16M")  # 96 of 60
@@ -149,7 +150,7 @@ def test_shm_budget_thresholds_inside_doctor(monkeypatch):
 def test_missing_shm_fails(monkeypatch, capsys):
     if not sys.platform.startswith("linux"):
         pytest.skip("/dev/shm checks are Linux-only")
-    monkeypatch.setattr(doctor_mod, "_shm_probe", lambda path=doctor_mod.SHM_PATH: None)
+    monkeypatch.setattr(probes, "shm_usage", lambda path=probes.SHM_PATH: None)
     report = doctor()
     assert report["shm"].status == "FAIL" and not report.ok
     assert doctor_main([]) == 1
@@ -198,25 +199,38 @@ def test_start_method_check_names_the_default(monkeypatch, method):
 
 
 def test_cgroup_memory_parsing(monkeypatch):
-    files = {
+    """Read through the mounts (cgroupfs, as the runner reads them), inside a cgroup namespace and with v1."""
+    files, mounts = {}, []
+    monkeypatch.setattr(cgroupfs, "read_file", files.get)
+    monkeypatch.setattr(cgroupfs, "mountinfo", lambda: mounts)
+    mounts[:] = [{"root": "/", "mount": "/sys/fs/cgroup", "fstype": "cgroup2", "options": "rw"}]
+    files.update({
         "/proc/self/cgroup": "0::/user.slice/job",
-        "/sys/fs/cgroup/user.slice/job/memory.max": "2147483648",
-        "/sys/fs/cgroup/user.slice/job/memory.current": "1073741824",
-    }
-    monkeypatch.setattr(doctor_mod, "_read", files.get)
-    assert doctor_mod._cgroup_memory() == (2 * GiB, GiB, "v2")
+        "/sys/fs/cgroup/user.slice/job/cgroup.controllers": "cpu memory pids",
+        "/sys/fs/cgroup/user.slice/job/memory.max": "2147483648\n",
+        "/sys/fs/cgroup/user.slice/job/memory.current": "1073741824\n",
+        "/sys/fs/cgroup/user.slice/job/cpu.max": "150000 100000\n",
+    })
+    assert probes.cgroup_memory() == (2 * GiB, GiB, "v2") and probes.cgroup_cpus() == 1.5
     files["/sys/fs/cgroup/user.slice/job/memory.max"] = "max"
-    assert doctor_mod._cgroup_memory() == (None, GiB, "v2")
+    assert probes.cgroup_memory() == (None, GiB, "v2")
+    # a container's cgroup namespace: the mount's root is the container's own cgroup
+    mounts[:] = [{"root": "/user.slice/job", "mount": "/sys/fs/cgroup", "fstype": "cgroup2", "options": "rw"}]
+    files.update({"/sys/fs/cgroup/cgroup.controllers": "memory", "/sys/fs/cgroup/memory.max": str(256 * MiB),
+                  "/sys/fs/cgroup/memory.current": str(MiB)})
+    assert probes.cgroup_memory() == (256 * MiB, MiB, "v2")
     files.clear()
+    mounts[:] = [{"root": "/docker/abc", "mount": "/sys/fs/cgroup/memory", "fstype": "cgroup", "options": "rw,memory"}]
     files.update({
         "/proc/self/cgroup": "4:memory:/docker/abc\n0::/",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712",
-        "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": str(512 * MiB),
-        "/sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes": str(100 * MiB),
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes": str(512 * MiB),
+        "/sys/fs/cgroup/memory/memory.usage_in_bytes": str(100 * MiB),
     })
-    assert doctor_mod._cgroup_memory() == (512 * MiB, 100 * MiB, "v1")
+    assert probes.cgroup_memory() == (512 * MiB, 100 * MiB, "v1")
     check = doctor_mod._check_memory()
     assert check.status == "WARN" and "cgroup v1 limit 512.0 MiB" in check.detail
+    files["/sys/fs/cgroup/memory/memory.limit_in_bytes"] = "9223372036854771712"  # v1's "no limit"
+    assert probes.cgroup_memory() == (None, 100 * MiB, "v1")
 
 
 def test_torch_is_described_without_importing_it(tmp_path):
@@ -230,8 +244,8 @@ def test_torch_is_described_without_importing_it(tmp_path):
 
 
 def test_missing_torch_fails(monkeypatch):
-    monkeypatch.setattr(doctor_mod, "_torch_info",
-                        lambda import_torch: doctor_mod._TorchInfo(error="No module named 'torch'"))
+    monkeypatch.setattr(probes, "torch_info",
+                        lambda import_torch: probes.TorchInfo(error="No module named 'torch'"))
     report = doctor()
     assert report["torch"].status == "FAIL" and "pip install" in report["torch"].advice and not report.ok
 

@@ -28,7 +28,7 @@ _RANK = {"OK": 0, "WARN": 1, "FAIL": 2}
 SHM_WARN_TOTAL = 1 * GiB  # below this /dev/shm is "small" (Docker's default is 64 MiB)
 NOFILE_WARN_SOFT = 4096
 MEM_WARN_AVAILABLE = 2 * GiB
-SHM_PATH = "/dev/shm"
+SHM_PATH = probes.SHM_PATH
 
 
 @dataclass
@@ -112,40 +112,6 @@ class DoctorReport:
         )
 
 
-# ------------------------------------------------------------------------------------------------ probes
-# The measurements live in labutils.machine.probes (shared with the diagnosis); these names are the doctor's
-# handles on them, so tests can replace one measurement without touching the machine.
-
-
-def _shm_probe(path: str = SHM_PATH) -> Optional[tuple]:
-    """(total_bytes, free_bytes) of the filesystem at ``path``; None when it does not exist."""
-    return probes.shm_usage(path)
-
-
-def _read(path: str) -> Optional[str]:
-    return probes.read_text(path)
-
-
-def _cgroup_memory() -> tuple:
-    """(limit_bytes or None, usage_bytes or None, "v1"/"v2"/None) of this process's memory cgroup."""
-    return probes.cgroup_memory(read=_read)
-
-
-def _cgroup_cpus() -> Optional[float]:
-    return probes.cgroup_cpus(read=_read)
-
-
-_cpu_count = probes.cpu_count
-_open_fds = probes.open_fds
-_default_start_method = probes.default_start_method
-_TorchInfo = probes.TorchInfo
-_read_torch_version_file = probes.read_torch_version_file
-
-
-def _torch_info(import_torch: bool) -> probes.TorchInfo:
-    return probes.torch_info(import_torch)
-
-
 # ------------------------------------------------------------------------------------------------ checks
 
 
@@ -187,7 +153,7 @@ _MEANING = {
 
 
 def _check_start_method(planned: Optional[str]) -> CheckResult:
-    default = _default_start_method()
+    default = probes.default_start_method()
     available = multiprocessing.get_all_start_methods()
     method = planned or default
     if method not in available:
@@ -282,7 +248,7 @@ def shm_budget(
     if num_workers < 0:
         raise ValueError(f"num_workers must be >= 0, not {num_workers}")
     if free_shm is None:
-        probe = _shm_probe()
+        probe = probes.shm_usage()
         if probe is None:
             return CheckResult("shm_budget", "WARN", f"cannot measure {SHM_PATH} (missing or not Linux)",
                                "check the shm line above", data={"estimate_bytes": None})
@@ -317,7 +283,7 @@ def _check_nofile(num_workers: Optional[int]) -> CheckResult:
     except ImportError:
         return CheckResult("nofile", "OK", "RLIMIT_NOFILE does not exist on this platform")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    fds = _open_fds()
+    fds = probes.open_fds()
     unlimited = resource.RLIM_INFINITY
 
     def show(n: int) -> str:
@@ -340,7 +306,7 @@ def _check_nofile(num_workers: Optional[int]) -> CheckResult:
 
 def _check_memory() -> CheckResult:
     total, available = probes.memory()
-    limit, usage, version = _cgroup_memory()
+    limit, usage, version = probes.cgroup_memory()
     data = {"total_bytes": total, "available_bytes": available, "cgroup": version,
             "cgroup_limit_bytes": limit, "cgroup_usage_bytes": usage}
     if total is None:
@@ -365,8 +331,8 @@ def _check_memory() -> CheckResult:
 
 
 def _check_cpus(num_workers: Optional[int]) -> CheckResult:
-    cpus = _cpu_count()
-    quota = _cgroup_cpus()
+    cpus = probes.cpu_count()
+    quota = probes.cgroup_cpus()
     usable = min(cpus, max(1, int(quota))) if quota else cpus
     data = {"cpus": cpus, "cgroup_quota": quota, "usable": usable, "num_workers": num_workers}
     detail = f"{cpus} CPUs usable by this process" + (f", cgroup quota {quota:g}" if quota else "")
@@ -511,9 +477,9 @@ def doctor(
         A :class:`DoctorReport`; ``report.ok`` is False when any check FAILs.
     """
     t0 = time.perf_counter()
-    torch = _torch_info(import_torch)
-    method = start_method or _default_start_method()
-    shm = _shm_probe() if sys.platform not in ("darwin", "win32") else None
+    torch = probes.torch_info(import_torch)
+    method = start_method or probes.default_start_method()
+    shm = probes.shm_usage() if sys.platform not in ("darwin", "win32") else None
     checks = [
         _check_python(),
         _check_torch(torch),
@@ -522,7 +488,7 @@ def doctor(
         _check_shm(shm),
     ]
     if batch_bytes is not None:
-        workers = num_workers if num_workers is not None else _cpu_count()
+        workers = num_workers if num_workers is not None else probes.cpu_count()
         budget = shm_budget(batch_bytes, prefetch_factor, workers, shm[1] if shm else None)
         if num_workers is None:
             budget.detail += f" (num_workers not given: assumed {workers}, one per CPU)"

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
+from ..runner import cgroupfs, procfs
+
 SHM_PATH = "/dev/shm"
 
 
@@ -45,74 +47,40 @@ def shm_usage(path: str = SHM_PATH) -> Optional[tuple]:
 
 
 # --------------------------------------------------------------------------- cgroups
-def cgroup_paths(read=read_text) -> dict:
-    """controller -> cgroup path of this process, from /proc/self/cgroup ("" is the v2 unified one)."""
-    text = read("/proc/self/cgroup") or ""
-    paths = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            for controller in parts[1].split(",") if parts[1] else [""]:
-                paths[controller] = parts[2]
-    return paths
+def _own_file(controller: str, name: str) -> tuple:
+    """``(text or None, "v1"/"v2"/None)`` of a file of this process's ``controller`` cgroup, found through
+    the mounts as the runner finds it (labutils.runner.cgroupfs), so doctor and runner agree in a container."""
+    version, directory = cgroupfs.own_cgroup(controller)
+    if version is None:
+        return None, None
+    text = cgroupfs.read_file(os.path.join(directory, name))
+    return (text.strip() if text is not None else None), f"v{version}"
 
 
-def cgroup_file(controller_dir: str, own: Optional[str], name: str, read=read_text) -> Optional[str]:
-    """A file of this process's cgroup (or of the root one where the own path is not mounted)."""
-    candidates = []
-    if own and own != "/":
-        candidates.append(os.path.join(controller_dir, own.lstrip("/"), name))
-    candidates.append(os.path.join(controller_dir, name))
-    for path in candidates:
-        text = read(path)
-        if text is not None:
-            return text
-    return None
-
-
-def cgroup_memory(read=read_text) -> tuple:
+def cgroup_memory() -> tuple:
     """(limit_bytes or None, usage_bytes or None, "v1"/"v2"/None) of this process's memory cgroup."""
-    paths = cgroup_paths(read)
-    limit = cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.max", read)
-    if limit is not None:
-        usage = cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.current", read)
-        return (None if limit == "max" else int(limit)), (int(usage) if usage else None), "v2"
-    limit = cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.limit_in_bytes", read)
-    if limit is not None:
-        usage = cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.usage_in_bytes", read)
-        value = int(limit)
-        return (None if value >= 2**60 else value), (int(usage) if usage else None), "v1"
-    return None, None, None
+    v1 = cgroupfs.own_cgroup("memory")[0] == 1
+    limit, version = _own_file("memory", "memory.limit_in_bytes" if v1 else "memory.max")
+    if version is None:
+        return None, None, None
+    usage, _ = _own_file("memory", "memory.usage_in_bytes" if v1 else "memory.current")
+    usage = int(usage) if usage else None
+    if limit is None or limit == "max" or int(limit) >= 2**60:  # v1 writes "no limit" as a huge number
+        return None, usage, version
+    return int(limit), usage, version
 
 
-def cgroup_cpus(read=read_text) -> Optional[float]:
+def cgroup_cpus() -> Optional[float]:
     """CPU quota of the cgroup in CPUs (v2 cpu.max or v1 cfs quota/period); None when unlimited."""
-    paths = cgroup_paths(read)
-    text = cgroup_file("/sys/fs/cgroup", paths.get(""), "cpu.max", read)
-    if text:
-        quota, _, period = text.partition(" ")
-        if quota != "max" and period:
-            return int(quota) / int(period)
-        return None
-    quota = cgroup_file("/sys/fs/cgroup/cpu", paths.get("cpu"), "cpu.cfs_quota_us", read)
-    period = cgroup_file("/sys/fs/cgroup/cpu", paths.get("cpu"), "cpu.cfs_period_us", read)
+    text, version = _own_file("cpu", "cpu.max")
+    if version == "v2":
+        quota, _, period = (text or "max").partition(" ")
+        return int(quota) / int(period) if quota != "max" and period else None
+    quota, _ = _own_file("cpu", "cpu.cfs_quota_us")
+    period, _ = _own_file("cpu", "cpu.cfs_period_us")
     if quota and period and int(quota) > 0:
         return int(quota) / int(period)
     return None
-
-
-def cgroup_oom_kills(read=read_text) -> Optional[dict]:
-    """The OOM-kill counter of this process's memory cgroup: ``{"oom_kill": n, "source": ...}`` or None."""
-    paths = cgroup_paths(read)
-    text = cgroup_file("/sys/fs/cgroup", paths.get(""), "memory.events", read)
-    source = "memory.events"
-    if text is None:
-        text = cgroup_file("/sys/fs/cgroup/memory", paths.get("memory"), "memory.oom_control", read)
-        source = "memory.oom_control"
-    if text is None:
-        return None
-    m = re.search(r"^oom_kill\s+(\d+)", text, re.M)
-    return {"oom_kill": int(m.group(1)), "source": source} if m else None
 
 
 # --------------------------------------------------------------------------- CPUs, fds, memory
@@ -278,9 +246,7 @@ def dmesg_oom_lines(pids: Iterable[int], timeout: float = 2.0, since: Optional[f
         return []
     if done.returncode != 0:
         return []
-    from ..runner.procs import start_wall
-
-    boot = start_wall(0)  # when the machine booted, in time.time() terms: the zero of the log's stamps
+    boot = procfs.start_wall(0)  # when the machine booted, in time.time() terms: the zero of the log's stamps
     return oom_lines_in(done.stdout, wanted, None if since is None else since - boot)
 
 
