@@ -12,6 +12,7 @@ import pytest
 
 import labutils
 from labutils import run_isolated
+from labutils.runner import procfs
 from labutils.runner import procs as _procs
 
 ESCAPEE = textwrap.dedent("""
@@ -67,10 +68,10 @@ def test_registry_refuses_a_process_that_is_not_the_runs(tmp_path):
         reg = _procs.RunProcesses(str(tmp_path), leader.pid)
         assert reg.adopt(other.pid) is None  # neither a descendant nor marked nor in the run's cgroup
         assert reg.adopt(leader.pid) is not None
-        assert reg.adopt(leader.pid, ticks=_procs.start_ticks(leader.pid) + 1) is not None  # known already
+        assert reg.adopt(leader.pid, ticks=procfs.start_ticks(leader.pid) + 1) is not None  # known already
         reg2 = _procs.RunProcesses(str(tmp_path), leader.pid)
         reg2.known.clear()
-        assert reg2.adopt(leader.pid, ticks=_procs.start_ticks(leader.pid) + 1) is None  # a different start
+        assert reg2.adopt(leader.pid, ticks=procfs.start_ticks(leader.pid) + 1) is None  # a different start
         reg.close()
         reg2.close()
     finally:
@@ -134,7 +135,7 @@ def test_zombie_status_reads_the_kernels_exit_code():
         deadline = time.monotonic() + 5
         status = None
         while status is None and time.monotonic() < deadline:
-            status = _procs.zombie_status(pid)
+            status = procfs.zombie_status(pid)
             time.sleep(0.01)
         assert status is not None and os.WEXITSTATUS(status) == 7
     finally:

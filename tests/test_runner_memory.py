@@ -15,7 +15,7 @@ import pytest
 import labutils.runner.isolate as isolate
 from labutils import run_isolated
 from labutils.runner import cgroup as _cgroup
-from labutils.runner import spec
+from labutils.runner import cgroupfs, spec
 
 WORKER_HOG = textwrap.dedent("""
     import torch
@@ -143,7 +143,7 @@ def test_kernel_enforcement_demanded_where_impossible_is_unsupported(monkeypatch
 
 
 def test_no_run_cgroup_is_left_under_the_labs_own():
-    version, own = _cgroup._own_memory_cgroup()
+    version, own = cgroupfs.own_cgroup("memory")
     if version is None:
         pytest.skip(own)
     r = run_isolated("import time\ntime.sleep(30)", memory_budget="200M", timeout=1)
@@ -156,8 +156,8 @@ def test_no_run_cgroup_is_left_under_the_labs_own():
 def test_cgroup_path_inside_a_cgroup_namespace_is_joined_to_its_mount():
     # /proc/self/cgroup names the path from the namespace's root; mountinfo says where that root is mounted
     mount = {"root": "/process_api/abc", "mount": "/sys/fs/cgroup/memory", "fstype": "cgroup", "options": "rw,memory"}
-    assert _cgroup._join(mount, "/process_api/abc/lab") == "/sys/fs/cgroup/memory/lab"
-    assert _cgroup._join({**mount, "root": "/"}, "/process_api/abc") == "/sys/fs/cgroup/memory/process_api/abc"
+    assert cgroupfs.join(mount, "/process_api/abc/lab") == "/sys/fs/cgroup/memory/lab"
+    assert cgroupfs.join({**mount, "root": "/"}, "/process_api/abc") == "/sys/fs/cgroup/memory/process_api/abc"
 
 
 def test_kernel_record_names_the_killed_pid_from_the_kernel_log():

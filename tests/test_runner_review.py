@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from labutils import run_isolated
-from labutils.runner import capabilities, ownership
+from labutils.runner import capabilities, cgroupfs, ownership, procfs
 from labutils.runner import cgroup as _cgroup
 from labutils.runner import procs as _procs
 from labutils.runner import warm as _warm
@@ -133,8 +133,8 @@ def test_locate_ignores_the_kernels_own_scope(monkeypatch):
     lines = [[("0", [], "/user.slice/user-1000.slice/session-4.scope")],
              [("0", [], "/user.slice/user-1000.slice/user@1000.service/app.slice/labutils-run-1.2-ab.scope")]]
     monkeypatch.setattr(_cgroup, "proc_cgroups", lambda pid="self": lines.pop(0))
-    monkeypatch.setattr(_cgroup, "_mountinfo", lambda: [{"root": "/", "mount": "/sys/fs/cgroup",
-                                                          "fstype": "cgroup2", "options": "rw"}])
+    monkeypatch.setattr(cgroupfs, "mountinfo", lambda: [{"root": "/", "mount": "/sys/fs/cgroup",
+                                                        "fstype": "cgroup2", "options": "rw"}])
     g = RunCgroup("systemd", 2, None, 2**28, "systemd", unit="labutils-run-1.2-ab")
     g.locate(1)
     assert g.directory is None  # session-4.scope is the user's terminal, not the run
@@ -175,7 +175,7 @@ def test_a_run_that_floods_its_evidence_records_is_stopped(monkeypatch):
 # ---------------------------------------------------------------- R1 / C3: after a dead runner
 def _dead_identity():
     p = subprocess.Popen([sys.executable, "-c", "pass"])
-    ticks = _procs.start_ticks(p.pid)
+    ticks = procfs.start_ticks(p.pid)
     p.wait()
     return p.pid, ticks
 
@@ -190,10 +190,10 @@ def test_what_a_dead_runner_left_is_removed_by_identity(tmp_path):
     me = os.getpid()
     alive = tmp_path / "labutils-run-alive"
     alive.mkdir()
-    (alive / "runner.json").write_text(json.dumps({"pid": me, "start_ticks": _procs.start_ticks(me)}))
+    (alive / "runner.json").write_text(json.dumps({"pid": me, "start_ticks": procfs.start_ticks(me)}))
     reused = tmp_path / "labutils-run-reused"  # the number is a live process's, but not the writer's
     reused.mkdir()
-    (reused / "runner.json").write_text(json.dumps({"pid": me, "start_ticks": _procs.start_ticks(me) - 1}))
+    (reused / "runner.json").write_text(json.dumps({"pid": me, "start_ticks": procfs.start_ticks(me) - 1}))
     bare = tmp_path / "labutils-run-bare"  # no identity: never removed
     bare.mkdir()
     try:
@@ -213,7 +213,7 @@ def test_a_run_dir_names_its_runner():
     d = ownership.make_run_dir()
     try:
         owner = json.load(open(os.path.join(d, "runner.json")))
-        assert owner["pid"] == os.getpid() and owner["start_ticks"] == _procs.start_ticks(os.getpid())
+        assert owner["pid"] == os.getpid() and owner["start_ticks"] == procfs.start_ticks(os.getpid())
     finally:
         shutil.rmtree(d)
 

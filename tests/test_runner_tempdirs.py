@@ -83,13 +83,13 @@ def test_a_dead_runners_short_folder_goes_with_its_run_dir_by_identity(tmp_path,
     import subprocess
     import sys
 
-    from labutils.runner import ownership
+    from labutils.runner import ownership, procfs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / ("d" * 60)))
     os.mkdir(tempfile.tempdir)
     dead, replaced = ownership.make_run_dir(), ownership.make_run_dir()
     p = subprocess.Popen([sys.executable, "-c", "pass"])
-    ticks = ownership._procs.start_ticks(p.pid)
+    ticks = procfs.start_ticks(p.pid)
     p.wait()
     short = {}
     for d in (dead, replaced):

@@ -31,6 +31,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from .cgroupfs import creator_tag, own_cgroup
+
 _lock = threading.Lock()
 _cache: dict = {}
 
@@ -125,16 +127,14 @@ def cgroup(controller: str) -> Capability:
 
 
 def _probe_cgroup(controller: str) -> Capability:
-    from . import cgroup as _cg
-
     name = "cgroup_" + controller
     fallback = {"memory": "the lab's watchdog enforces memory_budget (or a systemd scope, where it enforces)",
                 "pids": "RLIMIT_NPROC for a user other than root; else max_processes is unsupported"}[controller]
-    version, where = _cg.own_cgroup(controller)
+    version, where = own_cgroup(controller)
     if version is None:
         return Capability(name, False, f"find this process's {controller} cgroup", where, fallback)
     tried = f"mkdir and rmdir of a child group in {where} (cgroup v{version})"
-    probe = os.path.join(where, f"labutils-probe-{_cg.creator_tag()}-{uuid.uuid4().hex[:8]}")
+    probe = os.path.join(where, f"labutils-probe-{creator_tag()}-{uuid.uuid4().hex[:8]}")
     try:
         os.mkdir(probe)
     except OSError as exc:

@@ -27,99 +27,14 @@ import time
 import uuid
 from typing import Optional
 
+from . import capabilities as _caps
+from .cgroupfs import creator_tag, own_cgroup, proc_cgroups, read_file, unified_directory, write_file
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _mountinfo() -> list:
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        left, sep, right = line.partition(" - ")
-        if not sep:
-            continue
-        fields, tail = left.split(), right.split()
-        if len(fields) >= 5 and len(tail) >= 3:
-            out.append({"root": fields[3], "mount": fields[4], "fstype": tail[0], "options": tail[2]})
-    return out
-
-
-def proc_cgroups(pid="self") -> Optional[list]:
-    """``/proc/PID/cgroup`` as ``[(hierarchy id, [controllers], path)]``, or None where unreadable: the one
-    parser of that file (v1 lines name their controllers; the v2 line is ``0::PATH``)."""
-    text = _read(f"/proc/{pid}/cgroup")
-    if text is None:
-        return None
-    out = []
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            out.append((parts[0], [c for c in parts[1].split(",") if c], parts[2]))
-    return out
-
-
-def own_cgroup(controller: str) -> tuple:
-    """``(version, directory)`` of this process's ``controller`` cgroup, or ``(None, reason)``. Under cgroup
-    v2 the controller must be available there (``cgroup.controllers``)."""
-    entries = proc_cgroups()
-    if entries is None:
-        return None, "no /proc/self/cgroup (not Linux, or /proc is not mounted)"
-    mounts = _mountinfo()
-    for _hid, controllers, path in entries:
-        if controller in controllers:
-            for m in mounts:
-                if m["fstype"] == "cgroup" and controller in m["options"].split(","):
-                    return 1, _join(m, path)
-            return None, f"the {controller} controller (cgroup v1) is not mounted here"
-    for hid, controllers, path in entries:
-        if hid == "0" and not controllers:
-            for m in mounts:
-                if m["fstype"] == "cgroup2":
-                    directory = _join(m, path)
-                    if controller not in (_read(os.path.join(directory, "cgroup.controllers")) or "").split():
-                        return None, f"the {controller} controller is not available in {directory}"
-                    return 2, directory
-    return None, f"this process is in no {controller} cgroup"
-
-
-def _own_memory_cgroup() -> tuple:
-    """``(version, directory)`` of this process's memory cgroup, or ``(None, reason)``."""
-    return own_cgroup("memory")
-
-
-def creator_tag() -> str:
-    """``PID.TICKS`` of this process: who made a group or run directory, by identity (a pid number alone
-    could be someone else's by the time it is read)."""
-    from .procs import start_ticks
-
-    return f"{os.getpid()}.{start_ticks(os.getpid())}"
 
 
 #: a lab group's name: ``labutils-{run,pids,probe}-PID.TICKS-HEX`` (the creator's identity, then a nonce)
 GROUP_PREFIXES = ("labutils-run-", "labutils-pids-", "labutils-probe-")
-
-
-def _join(mount: dict, path: str) -> str:
-    root = mount["root"]
-    if root != "/" and (path == root or path.startswith(root + "/")):
-        path = path[len(root):]
-    return os.path.join(mount["mount"], path.lstrip("/"))
-
-
-def _write(path: str, value: str) -> None:
-    with open(path, "w", encoding="ascii") as fh:
-        fh.write(value)
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="ascii") as fh:
-            return fh.read()
-    except OSError:
-        return None
 
 
 def _keyed(text: Optional[str]) -> dict:
@@ -150,7 +65,7 @@ class RunCgroup:
         if self.directory is None:
             return None
         path = os.path.join(self.directory, self.limit_file)
-        text = (_read(path) or "").strip()
+        text = (read_file(path) or "").strip()
         if text.isdigit() and abs(int(text) - self.limit) < _PAGE:
             self.verified, self.why = True, None
         else:
@@ -173,11 +88,10 @@ class RunCgroup:
             return
         for hid, controllers, path in proc_cgroups(pid) or []:
             if hid == "0" and not controllers and path.endswith("/" + self.unit + ".scope"):
-                for m in _mountinfo():
-                    if m["fstype"] == "cgroup2":
-                        self.directory = _join(m, path)
-                        self.verify()
-                        return
+                self.directory = unified_directory(path)
+                if self.directory is not None:
+                    self.verify()
+                return
 
     # ---------------------------------------------------------------- evidence
     def oom_kills(self) -> Optional[int]:
@@ -189,22 +103,22 @@ class RunCgroup:
         if self.directory is None:
             return self.last_record
         if self.version == 1:
-            oom = _keyed(_read(os.path.join(self.directory, "memory.oom_control")))
-            failcnt = _read(os.path.join(self.directory, "memory.failcnt"))
-            peak = _read(os.path.join(self.directory, "memory.max_usage_in_bytes"))
+            oom = _keyed(read_file(os.path.join(self.directory, "memory.oom_control")))
+            failcnt = read_file(os.path.join(self.directory, "memory.failcnt"))
+            peak = read_file(os.path.join(self.directory, "memory.max_usage_in_bytes"))
             if failcnt is None:
                 return self.last_record
-            memsw = _read(os.path.join(self.directory, "memory.memsw.failcnt"))
+            memsw = read_file(os.path.join(self.directory, "memory.memsw.failcnt"))
             record = {"source": "memory.oom_control, memory.failcnt", "oom_kill": oom.get("oom_kill", 0),
                       "under_oom": oom.get("under_oom"), "failcnt": int(failcnt),
                       "memsw_failcnt": int(memsw) if memsw and memsw.strip().isdigit() else None,
                       "max_usage": int(peak) if peak and peak.strip().isdigit() else None}
         else:
-            events = _read(os.path.join(self.directory, "memory.events"))
+            events = read_file(os.path.join(self.directory, "memory.events"))
             if events is None:
                 return self.last_record
             counts = _keyed(events)
-            peak = _read(os.path.join(self.directory, "memory.peak"))
+            peak = read_file(os.path.join(self.directory, "memory.peak"))
             record = {"source": "memory.events", "oom_kill": counts.get("oom_kill", 0),
                       "oom": counts.get("oom", 0), "max": counts.get("max", 0),
                       "max_usage": int(peak) if peak and peak.strip().isdigit() else None}
@@ -214,7 +128,7 @@ class RunCgroup:
     def pids(self) -> list:
         if self.directory is None:
             return []
-        text = _read(os.path.join(self.directory, "cgroup.procs")) or ""
+        text = read_file(os.path.join(self.directory, "cgroup.procs")) or ""
         return [int(x) for x in text.split() if x.isdigit()]
 
     def contains(self, pid: int) -> bool:
@@ -246,7 +160,7 @@ class RunCgroup:
 
 def prepare(limit: int) -> tuple:
     """Make the run's memory-limited group: ``(RunCgroup, None)``, or ``(None, reason)`` where impossible."""
-    version, where = _own_memory_cgroup()
+    version, where = own_cgroup("memory")
     reasons = []
     if version is not None:
         group, reason = _child_group(version, where, limit)
@@ -264,7 +178,7 @@ def prepare(limit: int) -> tuple:
 
 def _child_group(version: int, parent: str, limit: int) -> tuple:
     if version == 2:
-        control = (_read(os.path.join(parent, "cgroup.subtree_control")) or "").split()
+        control = (read_file(os.path.join(parent, "cgroup.subtree_control")) or "").split()
         if "memory" not in control:
             return None, (f"cgroup v2: the memory controller is not enabled for children of {parent}; a "
                           "cgroup that holds processes (this one holds the lab) cannot enable it, and the lab "
@@ -277,19 +191,19 @@ def _child_group(version: int, parent: str, limit: int) -> tuple:
         return None, f"cannot create a child cgroup under {parent}: {exc.strerror}"
     try:
         if version == 1:
-            _write(os.path.join(directory, "memory.limit_in_bytes"), str(limit))
+            write_file(os.path.join(directory, "memory.limit_in_bytes"), str(limit))
             files = ["memory.limit_in_bytes"]
             memsw = os.path.join(directory, "memory.memsw.limit_in_bytes")
             if os.path.exists(memsw):
-                _write(memsw, str(limit))  # no swap either: the limit is the memory, as on a server
+                write_file(memsw, str(limit))  # no swap either: the limit is the memory, as on a server
                 files.append("memory.memsw.limit_in_bytes")
             mechanism = "cgroup v1 child " + " + ".join(files)
         else:
-            _write(os.path.join(directory, "memory.max"), str(limit))
+            write_file(os.path.join(directory, "memory.max"), str(limit))
             files = ["memory.max"]
             swap = os.path.join(directory, "memory.swap.max")
             if os.path.exists(swap):
-                _write(swap, "0")
+                write_file(swap, "0")
                 files.append("memory.swap.max")
             mechanism = "cgroup v2 child " + " + ".join(files)
     except OSError as exc:
@@ -308,9 +222,7 @@ def _child_group(version: int, parent: str, limit: int) -> tuple:
 def _systemd_scope(limit: int, version: Optional[int]) -> tuple:
     if version == 1:
         return None, "memory is on cgroup v1 here, where systemd's MemoryMax= limits nothing"
-    from . import capabilities
-
-    cap = capabilities.systemd_scope()
+    cap = _caps.systemd_scope()
     if not cap.available:
         return None, f"systemd-run --user --scope: {cap.result}"
     tool = shutil.which("systemd-run") or "systemd-run"

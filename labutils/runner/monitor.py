@@ -9,7 +9,6 @@ import threading
 import time
 from typing import Optional
 
-from . import procs as _procs
 from . import rundir as _rd
 from .procfs import (
     _decode_status,
@@ -23,6 +22,8 @@ from .procfs import (
     _status_kb,
     _Tail,
     split_exitcode,
+    start_wall,
+    zombie_status,
 )
 from .spec import StopRun
 
@@ -190,7 +191,7 @@ class Monitor(threading.Thread):
                                "pss": roll["Pss"] if roll else None, "basis": "summed PSS of the run"})
 
     def _died(self, proc, wall: float) -> None:
-        exitcode, sig = _decode_status(_procs.zombie_status(proc.pid))
+        exitcode, sig = _decode_status(zombie_status(proc.pid))
         if exitcode is None and sig is None:
             if proc.pid not in self.exit_codes:  # reaped already: the main process's record may follow
                 self._pending[proc.pid] = (proc, wall, time.monotonic() + 1.0)
@@ -344,7 +345,7 @@ def _stack_file_is_its(path: str, proc) -> bool:
         made = os.stat(path).st_mtime
     except OSError:
         return False
-    return proc.ticks is None or made >= _procs.start_wall(proc.ticks) - 0.02
+    return proc.ticks is None or made >= start_wall(proc.ticks) - 0.02
 
 
 def _catches(pid: int, sig: int) -> bool:

@@ -8,6 +8,8 @@ import os
 from typing import Optional
 
 from . import rundir
+from .isolate import run_isolated
+from .result import ExceptionInfo, ProcessInfo, RunResult
 
 __all__ = ["run_notebook"]
 
@@ -15,8 +17,6 @@ __all__ = ["run_notebook"]
 # =========================================================================== notebooks
 def run_notebook(path: str, kw: dict, interval: float):
     """Execute the notebook in a Jupyter kernel inside an isolated run; a RunResult of the kernel's evidence."""
-    from .isolate import run_isolated
-
     start_method = kw.pop("start_method", None)
     code = _NB_RUNNER.replace("@@CONFIG@@", repr(json.dumps({
         "path": os.path.abspath(path), "start_method": start_method, "preamble": _KERNEL_PREAMBLE})))
@@ -28,8 +28,6 @@ def run_notebook(path: str, kw: dict, interval: float):
 def _kernel_result(outer, path: str, start_method: Optional[str]):
     """A RunResult made of what the kernel recorded (its exception, loader events, workers), inside the
     outer run's limits, outcome and stderr (the kernel's and its workers' fd 2 go there)."""
-    from .result import ExceptionInfo, ProcessInfo, RunResult
-
     nb = (outer.values or {}).get("notebook")
     if outer.outcome == "unsupported" or not isinstance(nb, dict):
         # stopped before the runner could report (a stall, the time limit, the runner itself killed):

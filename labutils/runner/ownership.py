@@ -17,7 +17,8 @@ from . import capabilities as _caps
 from . import procs as _procs
 from . import rundir as _rd
 from . import warm as _warm
-from .procfs import _psutil, _read_json, _read_jsonl
+from .cgroupfs import own_cgroup
+from .procfs import _psutil, _read_json, _read_jsonl, start_ticks, start_wall, stat_fields
 
 _SHM = "/dev/shm"
 
@@ -56,7 +57,7 @@ def owned_shm(before: set, run_dir: str, procs_by_pid: Mapping[int, int]) -> lis
             parts = name.split("_")
             if len(parts) > 2 and parts[1].isdigit() and int(parts[1]) in procs_by_pid:
                 ticks = procs_by_pid[int(parts[1])]
-                if ticks is not None and min(st.st_ctime, st.st_mtime) >= _procs.start_wall(ticks) - 0.02:
+                if ticks is not None and min(st.st_ctime, st.st_mtime) >= start_wall(ticks) - 0.02:
                     owned.append(name)
     return sorted(owned)
 
@@ -190,13 +191,13 @@ def _outlived_its_run(pid: int) -> bool:
     if _dead_runner(pid) is not None:
         return True  # its runner is dead: nothing supervises it (the template and its runs end with it)
     mark = template_mark(pid)
-    fields = _procs.stat_fields(pid)
+    fields = stat_fields(pid)
     if mark is None or not fields:
         return False
     sid, ticks = int(fields[3]), int(fields[19])
     if sid == pid:
         return False  # a session's own leader: the template, or a warm run's main process, supervised
-    leader = _procs.start_ticks(sid)
+    leader = start_ticks(sid)
     return leader is None or leader > ticks  # its run's main process is gone (the number free or reused)
 
 
@@ -229,7 +230,7 @@ def make_run_dir() -> str:
     run_dir = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
     me = os.getpid()
     with open(os.path.join(run_dir, _rd.RUNNER), "w", encoding="utf-8") as fh:
-        json.dump({"pid": me, "start_ticks": _procs.start_ticks(me), "uid": os.getuid()}, fh)
+        json.dump({"pid": me, "start_ticks": start_ticks(me), "uid": os.getuid()}, fh)
     inside = os.path.join(run_dir, _rd.TMP)
     if len(inside) <= _rd.TMP_MAX_LEN:
         os.mkdir(inside, 0o700)
@@ -249,7 +250,7 @@ def make_run_dir() -> str:
             continue
         token = os.urandom(8).hex()  # an inode number is reused at once after a removal: the token is not
         with open(os.path.join(short, TMP_OWNER), "w", encoding="utf-8") as fh:
-            json.dump({"token": token, "pid": me, "start_ticks": _procs.start_ticks(me), "uid": os.getuid()}, fh)
+            json.dump({"token": token, "pid": me, "start_ticks": start_ticks(me), "uid": os.getuid()}, fh)
         st = os.lstat(short)
         with open(os.path.join(run_dir, _rd.TMP_ELSEWHERE), "w", encoding="utf-8") as fh:
             json.dump({"path": short, "dev": st.st_dev, "ino": st.st_ino, "token": token}, fh)
@@ -320,7 +321,7 @@ def runner_alive(pid, ticks) -> bool:
     number but another start time is someone else, and the writer is dead."""
     if not isinstance(pid, int) or not isinstance(ticks, int):
         return True  # no identity recorded: not provably dead, so not ours to remove
-    now = _procs.start_ticks(pid)
+    now = start_ticks(pid)
     return now is not None and now == ticks
 
 
@@ -389,7 +390,7 @@ def kill_verified(pid: int, still_ours) -> bool:
     """SIGKILL ``pid`` if ``still_ours(pid)`` holds while a handle on it is held: a pidfd where pidfds work
     (a recycled number can never be hit), else its start time read before and after the check (a window
     of microseconds remains between the last read and the signal, as in psutil)."""
-    ticks = _procs.start_ticks(pid)
+    ticks = start_ticks(pid)
     if ticks is None:
         return False
     fd = None
@@ -399,11 +400,11 @@ def kill_verified(pid: int, still_ours) -> bool:
         except OSError:
             return False
     try:
-        if _procs.start_ticks(pid) != ticks or not still_ours(pid):
+        if start_ticks(pid) != ticks or not still_ours(pid):
             return False
         if fd is not None:
             signal.pidfd_send_signal(fd, signal.SIGKILL)
-        elif _procs.start_ticks(pid) == ticks:
+        elif start_ticks(pid) == ticks:
             os.kill(pid, signal.SIGKILL)
         else:
             return False
@@ -453,10 +454,8 @@ def _kill_marked(run_dir: str) -> list:
 
 
 def _clean_cgroups(done: dict) -> None:
-    from . import cgroup as _cgroup
-
     for controller in ("memory", "pids"):
-        version, parent = _cgroup.own_cgroup(controller)
+        version, parent = own_cgroup(controller)
         if version is None:
             continue
         try:

@@ -20,7 +20,8 @@ import os
 import uuid
 from typing import Optional
 
-from .cgroup import RunCgroup, _read, _write, creator_tag, own_cgroup
+from .cgroup import RunCgroup
+from .cgroupfs import creator_tag, own_cgroup, read_file, write_file
 
 #: The smallest allowance: the run's main process and its few threads must start.
 MIN_MAX_PROCESSES = 2
@@ -29,7 +30,7 @@ MIN_MAX_PROCESSES = 2
 def _own_pids_cgroup() -> tuple:
     """``(version, directory)`` of this process's pids cgroup, or ``(None, reason)``."""
     version, where = own_cgroup("pids")
-    if version == 2 and "pids" not in (_read(os.path.join(where, "cgroup.subtree_control")) or "").split():
+    if version == 2 and "pids" not in (read_file(os.path.join(where, "cgroup.subtree_control")) or "").split():
         return None, f"cgroup v2: the pids controller is not enabled for children of {where}"
     return version, where
 
@@ -44,7 +45,7 @@ def _child_group(limit: int) -> tuple:
     except OSError as exc:
         return None, f"cannot create a child cgroup under {parent}: {exc.strerror}"
     try:
-        _write(os.path.join(directory, "pids.max"), str(limit))
+        write_file(os.path.join(directory, "pids.max"), str(limit))
     except OSError as exc:
         try:
             os.rmdir(directory)
@@ -104,6 +105,6 @@ def current(group: Optional[RunCgroup]) -> Optional[dict]:
     """The group's counters now (``pids.current``, ``pids.events`` max) for the run's record."""
     if group is None or group.directory is None:
         return None
-    events = (_read(os.path.join(group.directory, "pids.events")) or "").split()
+    events = (read_file(os.path.join(group.directory, "pids.events")) or "").split()
     refused = int(events[1]) if len(events) == 2 and events[0] == "max" and events[1].isdigit() else None
     return {"refused": refused}

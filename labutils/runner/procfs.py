@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Optional
 
 
@@ -17,6 +18,43 @@ def _psutil():
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def stat_fields(pid: int) -> Optional[list]:
+    """``/proc/PID/stat`` from field 3 (state) on, or None: ``[state, ppid, pgrp, ...]``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    fields = stat_fields(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
+def start_wall(ticks: int) -> float:
+    """Wall-clock time of a process start given in clock ticks since boot (10 ms resolution)."""
+    since_boot = time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else None
+    if since_boot is None:  # pragma: no cover - non-Linux
+        return 0.0
+    return time.time() - (since_boot - ticks / _CLK_TCK)
+
+
+def zombie_status(pid: int) -> Optional[int]:
+    """The wait status of a zombie (``/proc/PID/stat`` field 52), or None if it is not a readable zombie."""
+    fields = stat_fields(pid)
+    if not fields or fields[0] != b"Z" or len(fields) < 50:
+        return None
+    try:
+        return int(fields[49])
+    except ValueError:
+        return None
 
 
 def _rss(pid: int) -> Optional[int]:

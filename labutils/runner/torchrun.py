@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional, Sequence
 
+from .isolate import IsolationError, run_isolated
+
 __all__ = ["run_torchrun", "torchrun_argv"]
 
 
@@ -40,8 +42,6 @@ def run_torchrun(script: str, script_args: Sequence[str] = (), *, nproc_per_node
     torchrun options, before the script. Other keyword arguments go to :func:`labutils.run_isolated`
     (``memory_budget``, ``shm_size``, ``start_method``, ``on_sample``, ...).
     """
-    from .isolate import IsolationError, run_isolated
-
     path = os.path.abspath(os.fspath(script))
     if not os.path.isfile(path):
         raise IsolationError(f"script={os.fspath(script)!r}: does not exist; check the path")
