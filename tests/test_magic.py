@@ -38,7 +38,7 @@ def test_a_crash_in_the_cell_leaves_the_kernel_alive(shell):
 
 
 @pytest.mark.parametrize("line, words", [
-    ("--start-method thread", "invalid choice"),
+    ("--start-method thread", "--start-method thread: use one of fork"),
     ("--timeout soon", "invalid float"),
     ("--env NOEQUALS", "KEY=VALUE"),
     ("-o 1bad", "not a valid Python name"),
@@ -122,3 +122,12 @@ def test_a_hang_card_shows_the_stuck_function_without_the_runner(shell):
     sight = page.split("<details><summary>full stderr, with the lab's frames</summary>")[0]
     assert "in wait_for_server" in sight and "labutils/runner/" not in sight and "frozen runpy" not in sight, sight
     assert "labutils/runner/" in page  # still there, folded
+
+
+def test_the_magic_takes_every_run_option_of_the_table():
+    from labutils.lab import magic
+    from labutils.runner.spec import OPTIONS
+
+    flags = {a for action in magic._parser()._actions for a in action.option_strings}
+    assert {row.flag for row in OPTIONS if row.flag} <= flags
+    assert {"-o", "-q", "--hide-cause"} <= flags
