@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The lessons and their solutions; notebooks/reading/ (executed reading copies, tests/test_reading.py) is not
+# among them: its copies carry outputs on purpose.
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
 EXPECTED = ["00_start_here", "01_read_the_error", "02_spawn_and_pickling", "03_corrupt_data",
@@ -34,6 +36,13 @@ def source(cell: dict) -> str:
 
 def test_every_planned_notebook_exists():
     assert [p.stem for p in NOTEBOOKS] == EXPECTED
+
+
+def test_reading_copies_are_exempt_from_the_no_outputs_rule_and_nothing_else_is():
+    reading = ROOT / "notebooks" / "reading"
+    everything = {p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts}
+    everything -= set(reading.rglob("*.ipynb"))
+    assert everything == set(NOTEBOOKS + SOLUTIONS), sorted(map(str, everything ^ set(NOTEBOOKS + SOLUTIONS)))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
@@ -116,7 +125,8 @@ def test_notebook_opens_with_three_lines_of_what_you_will_learn(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_ends_with_a_summary_before_its_exercises(path):
-    """The lesson's last section is ``## Summary`` (with text), and only ``## Exercises`` comes after it."""
+    """The lesson's last section is ``## Summary`` (with text), and only ``## Exercises`` comes after it (and,
+    last of all, an optional ``## Checks`` section: the lab's proof of itself, collapsed, for the test run)."""
     sections = []  # (heading, text of the section)
     for c in cells(path):
         for line in source(c).splitlines() if c["cell_type"] == "markdown" else []:
@@ -126,6 +136,8 @@ def test_notebook_ends_with_a_summary_before_its_exercises(path):
                 sections[-1][1] += line.strip()
         if c["cell_type"] == "code" and sections:
             sections[-1][1] += source(c).strip()
+    while sections and sections[-1][0].startswith("## Checks"):
+        sections.pop()
     names = [h for h, _ in sections]
     assert names[-2:] == ["## Summary", "## Exercises"], (
         f"{path.name}: the last two sections must be '## Summary' then '## Exercises'; they are {names[-2:]}")
