@@ -1,4 +1,5 @@
-"""``python -m labutils COMMAND``: doctor, preflight, diagnose, tour, run, cheatsheet (argparse subcommands).
+"""``python -m labutils COMMAND``: doctor, preflight, diagnose, tour, run, cheatsheet, class-sheet (argparse
+subcommands).
 
 Each subcommand keeps its own parser (``doctor_main``, ``preflight_main``, ``diagnose_main``, ``tour_main``,
 ``run_main``); this one picks the command and hands it the rest of the command line, so ``python -m labutils
@@ -19,7 +20,9 @@ COMMANDS = {
     "doctor": "check this machine for multi-process data loading",
     "preflight": "an attendee's check (about a minute): the doctor, one real run per failure family, a kernel, "
                  "and which notebooks this machine can show",
-    "cheatsheet": "print the error text -> cause -> fix table (Markdown) from the cause catalogue",
+    "cheatsheet": "print the error text -> cause -> fix table (Markdown) from the cause catalogue; --handout: "
+                  "the one-page version",
+    "class-sheet": "merge the learners' exported lab sheets: confusion table, most missed, numbers, challenges",
 }
 
 
@@ -57,6 +60,10 @@ def _dispatch(command: str, rest: list) -> int:
         from .cheatsheet import cheatsheet_main
 
         return cheatsheet_main(rest)
+    if command == "class-sheet":
+        from .class_sheet import class_sheet_main
+
+        return class_sheet_main(rest)
     if command == "tour":
         from .tour import tour_main
 

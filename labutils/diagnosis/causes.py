@@ -4,8 +4,12 @@ Each :class:`Cause` holds the id (stable: ``diagnose --json`` prints it), what h
 the default summary, the fixes (each naming the notebook that demonstrates it), the error texts a
 learner sees for it (for the cheat sheet and the README map), and variants: other summaries and fixes
 for the same id where the evidence differs (a SIGKILL with memory evidence or without; an fd leak in
-the user's ``open()`` or IPC fd exhaustion). :data:`PRECEDENCE` orders the causes when one failure
-shows the evidence of several (resource exhaustion before the symptoms it causes).
+the user's ``open()`` or IPC fd exhaustion). A message may name the variant it belongs to (``(text,
+variant)``): the cheat sheet then gives that variant's first fix. Each cause (and a variant with fixes
+of its own) has a ``short`` first fix for the one-page handout: under 15 words, with PyTorch and Python
+alone. :data:`ECHOES` are messages that are no cause of their own: another process's death shows
+through them. :data:`PRECEDENCE` orders the causes when one failure shows the evidence of several
+(resource exhaustion before the symptoms it causes).
 
 A new cause is one entry here plus a broken and a fixed script in ``labutils/scenarios/``.
 Nothing here imports torch or reads the machine.
@@ -16,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["CATALOGUE", "CAUSES", "LOADER_CAUSES", "NOTEBOOKS", "PRECEDENCE", "UNKNOWN", "UNSUPPORTED",
+__all__ = ["CATALOGUE", "CAUSES", "ECHOES", "LOADER_CAUSES", "NOTEBOOKS", "PRECEDENCE", "UNKNOWN", "UNSUPPORTED",
            "Cause", "Fix", "cheatsheet_rows", "fixes_for", "get_cause"]
 
 #: Notebook stems by their two-digit number.
@@ -56,8 +60,16 @@ class Cause:
     summary: str
     notebook: str
     fixes: tuple = ()
-    messages: tuple = ()
-    variants: dict = field(default_factory=dict)  # name -> {"summary": str, "fixes": tuple}
+    messages: tuple = ()  # each a text, or (text, variant name)
+    variants: dict = field(default_factory=dict)  # name -> {"summary": str, "fixes": tuple, "short": str}
+    short: str = ""  # the handout's first fix: under 15 words, PyTorch and Python alone
+
+    def message_rows(self) -> list:
+        """``[(text, variant or None)]`` for every message of the cause."""
+        return [(m, None) if isinstance(m, str) else (m[0], m[1]) for m in self.messages]
+
+    def short_for(self, variant: Optional[str] = None) -> str:
+        return (self.variants.get(variant) or {}).get("short") or self.short
 
     def fix_list(self, variant: Optional[str] = None) -> list:
         fixes = self.fixes
@@ -87,6 +99,7 @@ _ENTRIES = [
              "collate_skip) instead of returning zeros or letting one file stop the epoch", "03"),
         ),
         messages=("Caught ValueError in DataLoader worker process 0.",),
+        short="Read the inner traceback after 'Original Traceback'; rerun with `num_workers=0`",
     ),
     Cause(
         "unpicklable_dataset",
@@ -94,7 +107,8 @@ _ENTRIES = [
         "the dataset (or collate_fn/worker_init_fn) cannot be pickled to start a spawn/forkserver worker",
         "02_spawn_and_pickling",
         fixes=(
-            ("Find the attribute that cannot be pickled: labutils.find_unpicklable(dataset)", "02"),
+            ("Find the attribute that cannot be pickled: try pickle.dumps on each value of vars(dataset) "
+             "(the lab's helper: labutils.find_unpicklable(dataset))", "02"),
             ("Open files, connections and locks lazily in each worker (labutils.kit.fixes.LazyFile / "
              "PerWorkerResource), not in __init__; keep collate_fn/worker_init_fn module-level functions, "
              "not lambdas or local functions", "02"),
@@ -103,6 +117,7 @@ _ENTRIES = [
         ),
         messages=("TypeError: cannot pickle '_io.TextIOWrapper' object",
                   "UserWarning: Got pickle error when attempting to start a worker Process"),
+        short="Open files, connections and locks in each worker, not in `__init__`; no lambdas",
     ),
     Cause(
         "main_not_importable",
@@ -117,6 +132,7 @@ _ENTRIES = [
             ("On Linux, multiprocessing_context='fork' needs no import of __main__", "08"),
         ),
         messages=("AttributeError: Can't get attribute 'MyDataset' on <module '__main__' (built-in)>",),
+        short="Move the Dataset class into a .py module and import it",
     ),
     Cause(
         "missing_main_guard",
@@ -130,6 +146,7 @@ _ENTRIES = [
         ),
         messages=("An attempt has been made to start a new process before the current process has "
                   "finished its bootstrapping phase.",),
+        short="Put the loader code under `if __name__ == \"__main__\":`",
     ),
     Cause(
         "native_crash",
@@ -137,15 +154,19 @@ _ENTRIES = [
         "a worker died of a fatal signal in native code (segfault/abort), not a Python error",
         "03_corrupt_data",
         fixes=(
-            ("A C extension crashed in the worker (decoder, OpenCV, a corrupt file): enable faulthandler "
-             "in workers (labutils.kit.fixes.worker_init_seed_and_faulthandler) to see which sample and call",
-             "03"),
+            ("A C extension crashed in the worker (decoder, OpenCV, a corrupt file): call faulthandler.enable() "
+             "in the DataLoader's worker_init_fn to see which sample and call (the lab's helper: "
+             "labutils.kit.fixes.make_worker_init)", "03"),
             ("Find and quarantine the file that crashes the decoder; validate data up front; update the "
              "native library", "03"),
             ("Rerun with num_workers=0 to get the crash in the main process under a debugger", "01"),
         ),
-        messages=("DataLoader worker (pid 4242) is killed by signal: Segmentation fault.",),
+        messages=("DataLoader worker (pid 4242) is killed by signal: Segmentation fault.",
+                  ("Segmentation fault (core dumped) (the shell's line: the main process itself died, "
+                   "num_workers=0)", "main_process")),
+        short="`faulthandler.enable()` in `worker_init_fn`; quarantine the file that crashes the decoder",
         variants={"main_process": {
+            "short": "Run `python -X faulthandler`: it prints the Python line of the crash",
             "summary": "the main process died of a fatal signal in native code while the Dataset ran in it "
                        "(num_workers=0): no worker died, the crash is in the data-loading code itself",
             "fixes": (
@@ -167,7 +188,9 @@ _ENTRIES = [
             ("Check the container or cgroup memory limit (dmesg shows the kernel OOM killer's log)", "04"),
         ),
         messages=("DataLoader worker (pid 4242) is killed by signal: Killed.",),
+        short="Check `dmesg` or the cgroup for an OOM kill; then fewer workers, no caches",
         variants={"no_memory_evidence": {
+            "short": "Look for the kernel's record first: `dmesg`, `memory.events`, the scheduler's job log",
             "summary": "a worker was killed by SIGKILL; nothing recorded says it was for memory: the kernel "
                        "OOM killer sends SIGKILL, and so do " + _OOM_OTHER_SENDERS,
             "fixes": (
@@ -188,8 +211,8 @@ _ENTRIES = [
         fixes=(
             ("Give /dev/shm more room (docker run --shm-size=2g or --ipc=host; Kubernetes: an emptyDir "
              "with medium: Memory on /dev/shm)", "05"),
-            ("Keep batch bytes x prefetch_factor x num_workers under the free /dev/shm "
-             "(labutils.machine.doctor shows the budget)", "05"),
+            ("Keep batch bytes x prefetch_factor x num_workers under the free /dev/shm (df -h /dev/shm; "
+             "the lab's `python -m labutils doctor` shows the budget)", "05"),
         ),
         messages=("RuntimeError: unable to allocate shared memory(shm) for file </torch_...>: No space "
                   "left on device (28)",
@@ -198,18 +221,21 @@ _ENTRIES = [
                   "memory (shm). (torch before 2.10: SIGBUS)",
                   "RuntimeError: unable to write to file </torch_...>: No space left on device (28) (torch before "
                   "2.10)",
-                  "terminate called after throwing an instance of 'c10::Error' what(): could not unlink the shared "
-                  "memory file /torch_... (a file deleted under the loader)",
-                  "RuntimeError: unable to open shared memory object </torch_...> in read-write mode: No such file "
-                  "or directory (2) (a file deleted under the loader)"),
+                  ("terminate called after throwing an instance of 'c10::Error' what(): could not unlink the "
+                   "shared memory file /torch_... (a file deleted under the loader)", "removed"),
+                  ("RuntimeError: unable to open shared memory object </torch_...> in read-write mode: No such "
+                   "file or directory (2) (a file deleted under the loader)", "removed")),
+        short="Give /dev/shm more room (`docker run --shm-size=2g`), or smaller batches in flight",
         variants={"removed": {
+            "short": "Run the job outside your login session (`loginctl enable-linger`), or `RemoveIPC=no`",
             "summary": "a /dev/shm file of a batch in flight was deleted under the running loader (what "
                        "systemd-logind's RemoveIPC=yes does at your last logout, or a job that cleans /dev/shm): "
                        "/dev/shm was not full",
             "fixes": (
                 ("Keep the job out of your login sessions: `loginctl enable-linger`, a scheduler or a system "
-                 "service; or RemoveIPC=no in /etc/systemd/logind.conf (`python -m labutils doctor` warns where "
-                 "it applies)", "05"),
+                 "service; or RemoveIPC=no in /etc/systemd/logind.conf; or keep the default file_descriptor "
+                 "sharing strategy, whose files are unlinked at once (the lab's `python -m labutils doctor` warns "
+                 "where RemoveIPC applies)", "05"),
                 ("Clean /dev/shm only of files whose creator is gone, never while jobs run", "05"),
                 ("The default file_descriptor strategy unlinks a batch's file at once, so a deletion cannot hit "
                  "it; file_system keeps every batch by name in /dev/shm", "06"),
@@ -228,15 +254,19 @@ _ENTRIES = [
              "numpy copies) and let the batches go", "06"),
         ),
         messages=("RuntimeError: received 0 items of ancdata",
-                  "RuntimeError: Too many open files. Communication with the workers is no longer possible."),
+                  "RuntimeError: Too many open files. Communication with the workers is no longer possible.",
+                  ("OSError: [Errno 24] Too many open files: '/data/img_0001.jpg' (raised in your own open() in "
+                   "__getitem__)", "user_leak")),
+        short="`ulimit -n 65536`, or `set_sharing_strategy('file_system')`; do not keep every batch",
         variants={"user_leak": {
+            "short": "Close what `__getitem__` opens: `with open(path) as f:`",
             "summary": "your own code ran out of file descriptors: files opened in the Dataset are not "
                        "closed (a leak), so every sample costs one more open file",
             "fixes": (
                 ("Close what __getitem__ opens: `with open(path) as f:` (or PIL's `with Image.open(...)`), "
                  "so each sample gives its descriptor back; a higher ulimit only postpones a leak", "06"),
-                ("Keep one handle per worker instead of one per sample (labutils.kit.fixes.LazyFile / "
-                 "PerWorkerResource)", "02"),
+                ("Keep one handle per worker instead of one per sample, opened lazily in the worker (the lab's "
+                 "helpers: labutils.kit.fixes.LazyFile / PerWorkerResource)", "02"),
                 ("Count the descriptors while it runs (ls /proc/<worker pid>/fd | wc -l): a number that "
                  "grows with every sample is the leak", "06"),
             )}},
@@ -259,8 +289,9 @@ _ENTRIES = [
         ),
         messages=("BlockingIOError: [Errno 11] Resource temporarily unavailable (at worker start: os.fork)",
                   "OSError: [Errno 12] Cannot allocate memory (at worker start: os.fork)",
-                  "RuntimeError: can't start new thread (a worker's queue feeder, the pin-memory thread, a "
-                  "thread of the Dataset: threads count against the same task limit)"),
+                  ("RuntimeError: can't start new thread (a worker's queue feeder, the pin-memory thread, a "
+                   "thread of the Dataset: threads count against the same task limit)", "thread")),
+        short="Fewer workers or threads (`OMP_NUM_THREADS=1`), or raise `ulimit -u` / the pids limit",
         variants={"thread": {
             "summary": "the kernel refused a new thread (a worker's queue feeder, the pin-memory thread, the main "
                        "process's queue feeder, or a thread the Dataset starts): the job reached its limit on tasks, "
@@ -276,14 +307,13 @@ _ENTRIES = [
         fixes=(
             ("Something in the worker called sys.exit()/os._exit() or a library exited: rerun with "
              "num_workers=0 to see it in-process, and read the worker stderr", "01"),
-            ("Enable faulthandler in workers (labutils.kit.fixes.make_worker_init) to see the last stack", "07"),
+            ("Enable faulthandler in workers (faulthandler.enable() in worker_init_fn; the lab's helper: "
+             "labutils.kit.fixes.make_worker_init) to see the last stack", "07"),
         ),
-        messages=("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.",
-                  "ConnectionResetError: [Errno 104] Connection reset by peer (in rebuild_storage_fd: an echo of a "
-                  "worker death; read the worker's exit status)",
-                  "EOFError (in rebuild_storage_fd / recvfds: an echo of a worker death; read the worker's exit "
-                  "status)"),
+        messages=("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.",),
+        short="Find what exited the worker: rerun with `num_workers=0`, read the worker's stderr",
         variants={"sigterm": {
+            "short": "Find who sent SIGTERM: a scheduler's time limit, torchrun, a kill",
             "summary": "a worker was stopped by SIGTERM from outside the script (not an exit() of its own)",
             "fixes": (
                 ("Find who sent SIGTERM: a scheduler at its time limit (SLURM: sacct -j JOB, --signal to "
@@ -297,13 +327,15 @@ _ENTRIES = [
         "\"DataLoader timed out after N seconds\"",
         "DataLoader(timeout=...) expired: a worker delivered no batch in time", "07_hangs_and_timeouts",
         fixes=(
-            ("A worker did not deliver a batch in time: dump the workers' stacks (labutils.kit.fixes."
+            ("A worker did not deliver a batch in time: dump the workers' stacks (faulthandler."
+             "dump_traceback_later in worker_init_fn, or py-spy dump; the lab's helper: labutils.kit.fixes."
              "make_worker_init(dump_after=...)) to see where they wait (lock, network, a deadlock after "
              "fork)", "07"),
             ("Raise DataLoader(timeout=...) only if loading is legitimately slow; otherwise fix the stuck "
              "call (locks or threads created before fork, e.g. OpenCV/OpenMP)", "07"),
         ),
         messages=("RuntimeError: DataLoader timed out after 5 seconds",),
+        short="Dump the workers' stacks (`py-spy dump PID`) to see what they wait on",
     ),
     Cause(
         "hang",
@@ -313,9 +345,10 @@ _ENTRIES = [
             ("Set DataLoader(timeout=...) so a stuck worker raises instead of hanging forever", "07"),
             ("Dump the stacks of the stuck processes (faulthandler, py-spy dump) to see what they wait on",
              "07"),
-            ("Bound the job with a watchdog / retry (labutils.kit.fixes.ResilientLoader)", "07"),
+            ("Bound the job with a watchdog / retry (the lab's helper: labutils.kit.fixes.ResilientLoader)", "07"),
         ),
         messages=("(no message: the loop stops)",),
+        short="Set `DataLoader(timeout=...)`; dump the stuck stacks with `py-spy dump`",
     ),
     Cause(
         "cuda_in_worker",
@@ -333,6 +366,7 @@ _ENTRIES = [
         ),
         messages=("RuntimeError: Cannot re-initialize CUDA in forked subprocess.",
                   "AssertionError: Torch not compiled with CUDA enabled"),
+        short="Return CPU tensors from workers; move each batch to the GPU in the loop",
     ),
     Cause(
         "outside_loader",
@@ -348,6 +382,7 @@ _ENTRIES = [
              "the same module name (define Net in a module, not in __main__)", "02"),
         ),
         messages=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x8 and 4x2)",),
+        short="Read the traceback's last frames: your model or loop, not the loader",
     ),
 ]
 
@@ -434,8 +469,8 @@ TAUGHT = (
      "11_cuda_and_accelerators"),
     ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError ... Root Cause (first observed "
      "failure): [0]: rank: 1 ... exitcode: 1", "the failed rank's own cause",
-     "Read the Root Cause block (rank, exitcode, pid), then that rank's own [rankN]: traceback; "
-     "`python -m labutils diagnose --torchrun` names its cause", "12_distributed_torchrun"),
+     "Read the Root Cause block (rank, exitcode, pid), then that rank's own [rankN]: traceback (the lab's "
+     "`python -m labutils diagnose --torchrun` names its cause)", "12_distributed_torchrun"),
     ("Sending process N closing signal SIGTERM; exitcode : -15 (pid: N) ... (SIGTERM)",
      "an echo (not a cause)",
      "torchrun stopped the other ranks after the first failure: look for the rank that failed first, not "
@@ -465,16 +500,35 @@ TAUGHT = (
 )
 
 
+#: What an echo says: another process's death shows through it, and that death's exit status decides
+ECHO = "an echo (not a cause): read the worker's exit status"
+#: Messages that are no cause of their own: ``(error text, what the diagnosis says, first fix, notebook stem,
+#: the handout's short fix)``.
+ECHOES = (
+    ("ConnectionResetError: [Errno 104] Connection reset by peer (in rebuild_storage_fd: a worker died while "
+     "handing a batch over)", ECHO,
+     "Read the worker's exit status in the lines around it: SIGKILL (Killed) is a kill, memory first "
+     "(04_memory_and_oom); an exit code is the worker's own exit (01_read_the_error)", "01_read_the_error",
+     "Read the worker's exit status: SIGKILL, see 04; an exit code, see 01"),
+    ("EOFError (in rebuild_storage_fd / recvfds: a worker died while handing a batch over)", ECHO,
+     "Read the worker's exit status in the lines around it: SIGKILL (Killed) is a kill, memory first "
+     "(04_memory_and_oom); an exit code is the worker's own exit (01_read_the_error)", "01_read_the_error",
+     "Read the worker's exit status: SIGKILL, see 04; an exit code, see 01"),
+)
+
+
 def cheatsheet_rows() -> list:
-    """``(error text, cause id, first fix, notebook path)`` for every message of every cause, then the
-    messages of :data:`TAUGHT`."""
+    """``(error text, cause id, first fix, notebook path)`` for every message of every cause (a message of a
+    variant with fixes of its own: that variant's first fix), then :data:`ECHOES` and :data:`TAUGHT`."""
     rows = []
     for cause in _ENTRIES:
         if cause.id == "ok":
             continue
-        first = cause.fix_list()[0]
-        for msg in cause.messages:
+        for msg, variant in cause.message_rows():
+            first = cause.fix_list(variant)[0]
             rows.append((msg, cause.id, first.text, first.path))
+    for msg, cause, fix, stem, _short in ECHOES:
+        rows.append((msg, cause, fix, f"notebooks/{stem}.ipynb"))
     for msg, cause, fix, stem in TAUGHT:
         rows.append((msg, cause, fix, f"notebooks/{stem}.ipynb"))
     return rows
