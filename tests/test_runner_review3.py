@@ -32,15 +32,15 @@ def test_no_systemd_scope_is_tried_where_memory_is_on_cgroup_v1(monkeypatch):
 
 # ---------------------------------------------------------------- R2 for the evidence files
 def test_evidence_records_are_read_to_a_cap(tmp_path):
-    from labutils.runner.procfs import _read_json, _read_jsonl
+    from labutils.runner.rundir import read_json, read_jsonl
 
     path = tmp_path / _rd.LOADER
     path.write_text((json.dumps({"event": "error", "text": "x" * 100}) + "\n") * 5000)  # about 560 kB
-    records = _read_jsonl(str(path), cap=20_000)
+    records = read_jsonl(str(path), cap=20_000)
     assert 0 < len(records) < 200, len(records)
     big = tmp_path / _rd.VALUE
     big.write_text(json.dumps({"v": "y" * 100_000}))
-    assert _read_json(str(big), cap=1000) is None  # cut, so not valid JSON: read as no record, not whole
+    assert read_json(str(big), cap=1000) is None  # cut, so not valid JSON: read as no record, not whole
 
 
 # ---------------------------------------------------------------- C3: a group that stays is reported

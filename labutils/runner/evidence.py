@@ -8,7 +8,6 @@ import re
 from typing import Optional
 
 from . import rundir as _rd
-from .procfs import _merge, _read_json, _read_jsonl, read_capped
 from .result import ExceptionInfo, ProcessInfo, RunResult
 
 #: at most this much of stdout and of stderr is read back: its first and last halves, and a line saying
@@ -72,19 +71,19 @@ def output(run_dir: str) -> tuple:
     """``(stdout, stderr, truncated)``: both read to :data:`OUTPUT_CAP`; ``truncated`` says what was cut."""
     texts, truncated = [], {}
     for key, name in (("stdout", _rd.STDOUT), ("stderr", _rd.STDERR)):
-        text, size, cut = read_capped(os.path.join(run_dir, name), OUTPUT_CAP)
+        text, size, cut = _rd.read_capped(os.path.join(run_dir, name), OUTPUT_CAP)
         texts.append(text)
         if cut:
             truncated[key] = {"size": size, "kept": size - cut, "cut": cut, "cap": OUTPUT_CAP}
     return texts[0], texts[1], truncated
 
 
-def assemble(run, monitor, procs_log: list, kernel_lines: list, how: str) -> RunResult:
+def assemble(run, monitor, records: _rd.RunRecords, kernel_lines: list, how: str) -> RunResult:
     """The :class:`RunResult` of a finished run. ``run`` holds ``spec``, ``cfg``, ``options``, ``run_dir``,
-    ``proc``, ``group``, ``ticks``, ``kernel_record``, ``stacks``, ``wall``, shm and stray figures."""
+    ``proc``, ``group``, ``ticks``, ``kernel_record``, ``stacks``, ``wall``, shm and stray figures; ``records``
+    what the run's processes wrote (read once, :meth:`labutils.runner.rundir.RunDir.read`)."""
     d, proc, group = run.run_dir, run.proc, run.group
-    final = _read_json(os.path.join(d, _rd.FINAL)) or {}
-    exits = {p["pid"]: p.get("exitcode") for p in final.get("processes", []) if isinstance(p, dict)}
+    exits = {p["pid"]: p.get("exitcode") for p in records.final.get("processes", []) if isinstance(p, dict)}
     rc = proc.returncode
     memory_limit = group.memory_limit
     killed_by_kernel: set = set()
@@ -100,15 +99,14 @@ def assemble(run, monitor, procs_log: list, kernel_lines: list, how: str) -> Run
     result_outcome, reason = outcome(how, rc, run.spec, monitor, stderr, run.cfg)
     return RunResult(
         outcome=result_outcome, returncode=rc, signal=-rc if rc is not None and rc < 0 else None,
-        workers=workers(procs_log, monitor, exits, killed_by_kernel),
-        exceptions=[ExceptionInfo(**e) for e in (_read_json(os.path.join(d, _rd.EXC)) or []) if isinstance(e, dict)],
-        loader_events=_read_jsonl(os.path.join(d, _rd.LOADER)), stdout=stdout, stderr=stderr,
-        wall_time=run.wall, peak_rss=monitor.seen.get(proc.pid, {}).get("peak_rss"),
+        workers=workers(records.procs, monitor, exits, killed_by_kernel),
+        exceptions=[ExceptionInfo(**e) for e in records.exc], loader_events=records.loader_events,
+        stdout=stdout, stderr=stderr, wall_time=run.wall, peak_rss=monitor.seen.get(proc.pid, {}).get("peak_rss"),
         watchdog_kills=list(monitor.kills), samples=monitor.samples, processes_seen=run.processes_seen,
         stray_processes=run.left, shm_removed=run.removed, reason=reason, options=run.options,
-        value=_read_json(os.path.join(d, _rd.VALUE)), values=_merge(_read_jsonl(os.path.join(d, _rd.EMITTED))),
-        memory_limit=memory_limit, stall=monitor.stalled, stacks=run.stacks, events=list(monitor.events),
-        leftover_files=run.leftover, shm_created=run.created, launcher=run.launcher, truncated=truncated,
+        value=records.value, values=records.emitted, memory_limit=memory_limit, stall=monitor.stalled,
+        stacks=run.stacks, events=list(monitor.events), leftover_files=run.leftover, shm_created=run.created,
+        launcher=run.launcher, truncated=truncated,
         monitor_errors=[*monitor.errors, *(f"a listener (on_sample/on_event) raised {e}" for e in
                                            monitor.callback_errors)], leftover_cgroups=list(group.leftover))
 

@@ -39,7 +39,6 @@ from .group import RunGroup
 from .monitor import Monitor, _dump_stacks
 from .monitor import Monitor as _Monitor  # noqa: F401 - the old name
 from .ownership import find_strays, leftover_shm  # noqa: F401 - public here too
-from .procfs import _read_jsonl
 from .result import RunResult
 from .sizes import format_size
 from .spec import IsolationError, RunSpec, _cell_bytes, takes_run_options
@@ -329,20 +328,18 @@ def _collect(run: _Run, how: str, shm_before: set) -> RunResult:
     if cg is not None:
         run.kernel_record = cg.record() or run.kernel_record
     run.group.settle()
+    records = _rd.RunDir(run.run_dir).read()  # every file the run's processes wrote, read once
     run.ticks = {p.pid: p.ticks for p in procs.known.values()}
-    procs_log = [r for r in _read_jsonl(os.path.join(run.run_dir, _rd.PROCS)) if isinstance(r.get("pid"), int)]
-    for rec in procs_log:
-        run.ticks.setdefault(rec.get("pid"), rec.get("start_ticks"))
+    for rec in records.procs:
+        run.ticks.setdefault(rec["pid"], rec.get("start_ticks"))
     run.processes_seen = len(procs.known)
     procs.close()
     if not run.spec.shm_size:
-        owned = _ownership.owned_shm(shm_before, run.run_dir, run.ticks)
+        owned = _ownership.owned_shm(shm_before, records.created_shm, run.ticks)
         run.removed, run.leftover = _ownership.remove_files(owned)
-        recorded = {r["name"] for r in _read_jsonl(os.path.join(run.run_dir, _rd.CREATED_SHM))
-                    if isinstance(r.get("name"), str)}
-        run.created = sorted({*owned, *recorded})
-    left_tmp = _ownership.remove_temp_dirs(run.run_dir)
+        run.created = sorted({*owned, *records.created_shm})
+    left_tmp = _ownership.remove_temp_dirs(records.created_tmp)
     _ownership.ledger(run.created, run.leftover, run.ticks)
     run.leftover = list(run.leftover) + left_tmp
     kernel_lines = _cgroup.read_kernel_log(run.kmsg)
-    return _evidence.assemble(run, run.monitor, procs_log, kernel_lines, how)
+    return _evidence.assemble(run, run.monitor, records, kernel_lines, how)

@@ -16,11 +16,9 @@ from .procfs import (
     _num_fds,
     _oom_score,
     _psutil,
-    _read_text,
     _rollup,
     _rss,
     _status_kb,
-    _Tail,
     split_exitcode,
     start_wall,
     zombie_status,
@@ -72,9 +70,9 @@ class Monitor(threading.Thread):
         self.stop = threading.Event()
         self.t0 = time.monotonic()
         self._reported_batches = 0  # the batch count the last main-process sample carried
-        self._loader = _Tail(os.path.join(run_dir, _rd.LOADER))
-        self._procs_log = _Tail(os.path.join(run_dir, _rd.PROCS))
-        self._exits = _Tail(os.path.join(run_dir, _rd.EXITS))
+        self._loader = _rd.Tail(os.path.join(run_dir, _rd.LOADER))
+        self._procs_log = _rd.Tail(os.path.join(run_dir, _rd.PROCS))
+        self._exits = _rd.Tail(os.path.join(run_dir, _rd.EXITS))
         self.exit_codes: dict = {}  # pid -> exit code as the main process reaped it
         self._pending: dict = {}
         self.worker_pids: set = set()
@@ -335,7 +333,7 @@ def _dump_stacks(procs, run_dir: str, wait: float = 0.6) -> dict:
     while time.monotonic() < deadline and not all(os.path.getsize(p) for _, p in sent):
         time.sleep(0.02)
     time.sleep(0.05)  # let a dump that has started finish
-    return {pid: text for pid, path in sent if (text := _read_text(path))}
+    return {pid: text for pid, path in sent if (text := _rd.read_text(path))}
 
 
 def _stack_file_is_its(path: str, proc) -> bool:

@@ -18,7 +18,7 @@ from . import procs as _procs
 from . import rundir as _rd
 from . import warm as _warm
 from .cgroupfs import own_cgroup
-from .procfs import _psutil, _read_json, _read_jsonl, start_ticks, start_wall, stat_fields
+from .procfs import _psutil, start_ticks, start_wall, stat_fields
 
 _SHM = "/dev/shm"
 
@@ -30,19 +30,15 @@ def shm_entries() -> set:
         return set()
 
 
-def owned_shm(before: set, run_dir: str, procs_by_pid: Mapping[int, int]) -> list:
+def owned_shm(before: set, recorded: Mapping[str, Optional[int]], procs_by_pid: Mapping[int, int]) -> list:
     """Names of /dev/shm files this run created and that still exist.
 
-    * ``sem.mp-*``: recorded as created by a process of the run (``created_shm.jsonl``), same inode;
+    * ``sem.mp-*``: in ``recorded`` (name -> inode: ``RunRecords.created_shm``), with the same inode;
     * ``torch_<pid>_*``: not there when the run began, ``<pid>`` is a verified process of the run, and the
       file was last changed after that process started (so not by an earlier holder of the number).
     ``procs_by_pid`` maps each verified pid to its start time in clock ticks.
     """
     owned = []
-    recorded = {}
-    for rec in _read_jsonl(os.path.join(run_dir, _rd.CREATED_SHM)):
-        if isinstance(rec.get("name"), str):
-            recorded[rec["name"]] = rec.get("ino")
     now = shm_entries()
     for name in now - before:
         path = os.path.join(_SHM, name)
@@ -62,20 +58,17 @@ def owned_shm(before: set, run_dir: str, procs_by_pid: Mapping[int, int]) -> lis
     return sorted(owned)
 
 
-def remove_temp_dirs(run_dir: str) -> list:
-    """Remove the multiprocessing temp folders the run's processes recorded (same inode) and that are still
-    there: a process killed before its exit handlers ran leaves its ``pymp-*`` folder behind."""
-
+def remove_temp_dirs(recorded: Sequence[tuple]) -> list:
+    """Remove the multiprocessing temp folders the run's processes recorded (``(path, inode)``:
+    ``RunRecords.created_tmp``) that are still there with the same inode: a process killed before its exit
+    handlers ran leaves its ``pymp-*`` folder behind."""
     left = []
-    for rec in _read_jsonl(os.path.join(run_dir, _rd.CREATED_TMP)):
-        path = rec.get("path")
-        if not isinstance(path, str) or not os.path.basename(path).startswith("pymp-"):
-            continue
+    for path, ino in recorded:
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if rec.get("ino") is not None and st.st_ino != rec.get("ino"):
+        if ino is not None and st.st_ino != ino:
             continue  # the same name, made again by somebody else
         shutil.rmtree(path, ignore_errors=True)
         if os.path.lexists(path):
@@ -274,7 +267,7 @@ def _short_owner(path: str) -> Optional[dict]:
         return None
     if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
         return None
-    owner = _read_json(os.path.join(path, TMP_OWNER))
+    owner = _rd.read_json(os.path.join(path, TMP_OWNER))
     return owner if isinstance(owner, dict) and isinstance(owner.get("token"), str) else None
 
 
@@ -282,7 +275,7 @@ def _tmp_elsewhere(run_dir: str) -> Optional[str]:
     """The run's temporary folder outside its run directory, if it has one and it is still the folder that
     was made for it (same device and inode, this user's, its owner file holding the token the run
     directory records): else None."""
-    rec = _read_json(os.path.join(run_dir, _rd.TMP_ELSEWHERE))
+    rec = _rd.read_json(os.path.join(run_dir, _rd.TMP_ELSEWHERE))
     if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
         return None
     path = rec["path"]
@@ -432,7 +425,7 @@ def _clean_run_dirs(tmp: str, done: dict) -> None:
             continue
         if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
             continue
-        owner = _read_json(os.path.join(path, _rd.RUNNER))
+        owner = _rd.read_json(os.path.join(path, _rd.RUNNER))
         if not isinstance(owner, dict) or runner_alive(owner.get("pid"), owner.get("start_ticks")):
             continue
         done["processes"].extend(_kill_marked(path))

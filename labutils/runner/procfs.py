@@ -1,9 +1,8 @@
-"""Readers of what the kernel and the run's files say: ``/proc/PID/*`` figures, the process tree, wait
-statuses, and the JSON evidence files a run writes (read with a cap: a run can write without end)."""
+"""Readers of what the kernel says about processes: ``/proc/PID/*`` figures (start time, memory, fds),
+the process tree and wait statuses. What a run writes is read by :mod:`labutils.runner.rundir`."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Optional
@@ -144,32 +143,6 @@ def _descendants(root: int, psutil=None) -> list:
     return out
 
 
-class _Tail:
-    """New complete JSON lines of a file written by the run, read incrementally."""
-
-    def __init__(self, path: str):
-        self.path, self.offset, self.partial = path, 0, b""
-
-    def read(self) -> list:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except OSError:
-            return []
-        self.offset += len(data)
-        data = self.partial + data
-        lines = data.split(b"\n")
-        self.partial = lines.pop()
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
-
-
 def split_exitcode(code: Optional[int]) -> tuple:
     """A Popen-style exit code (negative: killed by that signal) as ``(exitcode, signal)``."""
     if code is None:
@@ -184,68 +157,3 @@ def _decode_status(status: Optional[int]) -> tuple:
     if status & 0x7F:
         return None, status & 0x7F
     return (status >> 8) & 0xFF, None
-
-
-
-def _merge(records: list) -> dict:
-    out: dict = {}
-    for rec in records:
-        if isinstance(rec, dict):
-            out.update(rec)
-    return out
-
-
-def read_capped(path: str, cap: int) -> tuple:
-    """``(text, size, cut)``: a text file of any size read to ``cap`` bytes: whole when it fits, else its
-    first and last ``cap // 2`` bytes with a line in between saying how many were cut."""
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size <= cap:
-                data, cut = fh.read(cap + 1), 0
-                size = len(data)
-            else:
-                head = fh.read(cap // 2)
-                fh.seek(size - cap // 2)
-                tail = fh.read(cap // 2)
-                cut = size - len(head) - len(tail)
-                data = (head + f"\n[... labutils: {cut} bytes cut here (output of {size} bytes, read to a cap "
-                        f"of {cap}; see result.truncated) ...]\n".encode() + tail)
-    except OSError:
-        return "", 0, 0
-    return data.decode("utf-8", "replace").replace("\x00", ""), size, cut
-
-
-#: JSON evidence files are read to this size (a run that logs in a loop can write any amount)
-JSONL_CAP = 16 * 2**20
-
-
-def _read_text(path: str, cap: int = JSONL_CAP) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(cap).replace("\x00", "")
-    except OSError:
-        return ""
-
-
-def _read_json(path: str, cap: int = JSONL_CAP):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return json.loads(fh.read(cap))
-    except (OSError, ValueError):
-        return None
-
-
-def _read_jsonl(path: str, cap: int = JSONL_CAP) -> list:
-    out = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh.read(cap).splitlines():
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-    except OSError:
-        pass
-    return out
-
