@@ -1,6 +1,8 @@
 """``python -m labutils preflight``: its verdicts per notebook, its exit status, its bad options.
 
-A machine without a private /dev/shm is simulated, and only that: an ``unshare`` placed first on PATH
+Two things are simulated, and said so where they are: a CUDA build of torch (a FAKED torch folder whose
+version.py says CUDA, with files of a known size; a GPU present or not by argument) for the torch-build
+line; and a machine without a private /dev/shm: an ``unshare`` placed first on PATH
 refuses as a container's does ("Operation not permitted", exit 1), so the runner's own probe, which
 tries ``unshare``, finds no private mount namespace. The shm reproduction then really runs and is
 reported unsupported by the runner; everything else is this machine's real answer.
@@ -35,7 +37,8 @@ def test_without_a_private_dev_shm_notebook_05_shows_recorded_results_and_nothin
     done = _preflight("--only", "shm_exhausted", "--no-kernel", "--json", path_first=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr  # a lesson shown from recorded results still runs
     report = json.loads(done.stdout)
-    (step,) = report["steps"]
+    build, step = report["steps"]
+    assert build["name"] == "torch_build" and build["status"] in ("OK", "WARN"), build
     assert step["name"] == "shm_exhausted" and step["status"] == "SKIP", step
     assert step["data"]["outcome"] == "unsupported", step  # the runner's own verdict on the refused unshare
     assert "Operation not permitted" in step["data"]["reason"], step
@@ -109,3 +112,36 @@ def test_bad_options_are_one_clear_line():
     unknown = _preflight("--frobnicate", timeout=60)
     assert unknown.returncode == 2
     assert unknown.stderr.splitlines() == ["preflight: unrecognized arguments: --frobnicate"]
+
+
+def _fake_torch(tmp_path, version="2.13.0+cu130", cuda="'13.0'", mib=3):
+    """A FAKED torch install: site-packages/torch/version.py as the CUDA wheel writes it, with ``mib`` MiB of
+    files, and an nvidia/ folder beside it (1 MiB) as the CUDA wheel's dependencies bring."""
+    site = tmp_path / "site-packages"
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text(
+        f"from typing import Optional\n__version__ = '{version}'\ndebug = False\ncuda: Optional[str] = {cuda}\n")
+    (site / "torch" / "lib" / "libtorch_cuda.so").write_bytes(os.urandom(mib * 2**20))
+    (site / "nvidia" / "cublas").mkdir(parents=True)
+    (site / "nvidia" / "cublas" / "libcublas.so").write_bytes(os.urandom(2**20))
+    return str(site / "torch")
+
+
+def test_a_cuda_build_on_a_machine_without_a_gpu_is_said_with_its_size_and_the_way_out(tmp_path):
+    """FAKED torch builds (see _fake_torch); the GPU's presence is given, not probed."""
+    torch_dir = _fake_torch(tmp_path)
+    step = pf.torch_build(torch_dir, gpu=False)
+    assert step.status == "WARN" and "CUDA 13.0 build on a machine with no NVIDIA GPU" in step.detail, step
+    assert 3.9 <= step.data["disk_mib"] <= 4.5 and "MiB on disk (torch, nvidia)" in step.detail, step
+    assert "torch==2.13.0' --index-url https://download.pytorch.org/whl/cpu" in step.detail, step
+    assert pf.torch_build(torch_dir, gpu=True).status == "OK"
+    cpu = pf.torch_build(_fake_torch(tmp_path / "cpu", version="2.13.0+cpu", cuda="None"), gpu=False)
+    assert cpu.status == "OK" and cpu.detail == "torch 2.13.0+cpu: a CPU build", cpu
+    assert pf.torch_build(str(tmp_path / "nowhere")).status == "SKIP"
+    report = pf.PreflightReport(labutils.doctor(), [step], [], 1.0)
+    assert report.ok or not labutils.doctor().ok, "a WARN does not fail the pre-flight: every lesson still runs"
+
+
+def test_this_machines_torch_build_is_read_without_importing_it():
+    step = pf.torch_build()
+    assert step.status in ("OK", "WARN", "SKIP") and "torch" in step.detail, step

@@ -10,6 +10,10 @@ Three parts, each a real run on this machine, nothing simulated:
 3. one Jupyter kernel round trip: a notebook whose ``%%isolate`` cell runs through nbclient, its result
    read back in the kernel.
 
+Before them, one look at the installed torch (:func:`torch_build`, nothing imported): a CUDA build on a
+machine with no NVIDIA GPU is several GB on disk for nothing the lab uses; the step says how big and how
+to put the CPU wheel in its place (a WARN: every lesson still runs on it).
+
 Then one line per notebook (00-12): "this machine shows it", or what it cannot show and why (the notebook
 then shows results recorded on a machine that can), or that the lesson cannot run here at all. The exit
 status is 1 when a lesson cannot run (or the doctor has a FAIL), 2 for bad options, else 0.
@@ -18,15 +22,20 @@ status is 1 when a lesson cannot run (or the doctor has a FAIL), 2 for bad optio
 from __future__ import annotations
 
 import argparse
+import glob
+import importlib.util
 import json
 import multiprocessing
+import os
+import re
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
-__all__ = ["FAMILIES", "NOTEBOOKS", "Step", "Verdict", "preflight", "preflight_main", "verdicts"]
+__all__ = ["CPU_WHEEL", "FAMILIES", "NOTEBOOKS", "Step", "Verdict", "preflight", "preflight_main", "torch_build",
+           "verdicts"]
 
 RECORDED = "(the notebook shows recorded results)"
 
@@ -93,6 +102,65 @@ class Verdict:
 
     def line(self) -> str:
         return f"  {self.notebook:<25} {self.text}"
+
+
+# --------------------------------------------------------------------------- the torch build
+#: how to install the CPU wheel of the torch release that is there (PyTorch's own index of CPU wheels)
+CPU_WHEEL = "python -m pip install --force-reinstall 'torch=={release}' --index-url https://download.pytorch.org/whl/cpu"
+_GPU_PATHS = ("/proc/driver/nvidia/gpus/*", "/dev/nvidia[0-9]*")
+
+
+def _disk_mib(paths) -> float:
+    """MiB the files under ``paths`` take on disk (blocks used, links not followed)."""
+    total = 0
+    for top in paths:
+        for folder, _dirs, files in os.walk(top):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+                except OSError:
+                    pass
+    return total / 2**20
+
+
+def _torch_dir() -> Optional[str]:
+    spec = importlib.util.find_spec("torch")
+    return os.path.dirname(spec.origin) if spec and spec.origin else None
+
+
+def torch_build(torch_dir: Optional[str] = None, gpu: Optional[bool] = None) -> Step:
+    """The installed torch, read from its ``version.py`` (not imported): WARN for a CUDA build where no
+    NVIDIA GPU is there, with what it takes on disk (torch and the ``nvidia`` packages beside it) and the
+    command for the CPU wheel. ``torch_dir`` and ``gpu`` are for tests (default: this machine's)."""
+    torch_dir = torch_dir or _torch_dir()
+    try:
+        with open(os.path.join(torch_dir or "", "version.py"), encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return Step("torch_build", "SKIP", "torch is not installed here (the doctor's torch check says more)")
+    version = (re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text) or [None, "?"])[1]
+    cuda = re.search(r"^cuda(?::[^=]*)?=\s*['\"]([^'\"]+)", text, re.M)
+    if cuda is None:
+        return Step("torch_build", "OK", f"torch {version}: a CPU build", data={"version": version, "cuda": None})
+    if gpu is None:
+        gpu = any(glob.glob(pattern) for pattern in _GPU_PATHS)
+    data = {"version": version, "cuda": cuda[1], "gpu": gpu}
+    if gpu:
+        return Step("torch_build", "OK", f"torch {version}: a CUDA {cuda[1]} build, and an NVIDIA GPU is here",
+                    data=data)
+    site = os.path.dirname(torch_dir)
+    parts = [torch_dir] + sorted(glob.glob(os.path.join(site, "nvidia"))) + sorted(glob.glob(os.path.join(site,
+                                                                                                      "triton")))
+    mib = _disk_mib(parts)
+    data["disk_mib"] = round(mib, 1)
+    size = f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.1f} MiB"
+    where = ", ".join(os.path.basename(p) for p in parts)
+    release = version.split("+", 1)[0]
+    return Step("torch_build", "WARN",
+                f"torch {version} is a CUDA {cuda[1]} build on a machine with no NVIDIA GPU: {size} on disk "
+                f"({where}) that the lab cannot use here (it runs on the CPU all the same). To free it, "
+                f"in this venv: {CPU_WHEEL.format(release=release)}, then `pip uninstall` the nvidia-* "
+                f"packages `pip list` shows", data=data)
 
 
 # --------------------------------------------------------------------------- the reproductions
@@ -327,7 +395,9 @@ def preflight(families: Optional[Sequence[str]] = None, kernel: bool = True, pro
     if unknown:
         raise ValueError(f"families {unknown}: use one of {', '.join(FAMILIES)}")
     report = doctor()
-    steps = []
+    steps = [torch_build()]
+    if progress:
+        progress(steps[-1])
     for family in chosen:
         steps.append(reproduce(family))
         if progress:
