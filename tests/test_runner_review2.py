@@ -391,6 +391,8 @@ def test_a_run_with_a_sample_listener_is_cold_so_its_uss_is_a_fresh_processes():
 
 # --------------------------------------------------------------------------- one exception-chain walk
 def test_one_chain_walk_for_the_kernel_the_diagnosis_and_the_notebook_preamble():
+    import runpy
+
     from labutils.diagnosis import chain
     from labutils.diagnosis.evidence import _chain_of
     from labutils.kit.inkernel import _chain
@@ -408,6 +410,5 @@ def test_one_chain_walk_for_the_kernel_the_diagnosis_and_the_notebook_preamble()
     recs = chain.records(err)
     assert [(r["type"], r["link"], r["message"]) for r in recs] == [("RuntimeError", None, "outer"),
                                                                      ("ValueError", "cause", "inner")]
-    with open(chain.__file__, encoding="utf-8") as fh:
-        assert repr(fh.read()) in notebook._KERNEL_PREAMBLE  # the preamble runs this very text
-    compile(notebook._KERNEL_PREAMBLE, "preamble", "exec")
+    preamble = runpy.run_path(os.path.join(os.path.dirname(notebook.__file__), "kernel_preamble.py"))
+    assert os.path.samefile(preamble["_chain"].__code__.co_filename, chain.__file__)  # it runs this very file

@@ -34,6 +34,9 @@ VALUE = "value.json"  #: a func= run's return value
 EXC = "exc.json"  #: the exception chain that ended the script
 FINAL = "final.json"  #: exit codes of the processes the main process started
 STACKS = "stacks"  #: faulthandler dumps, one file per pid
+#: a notebook's kernel records (``kernel_preamble``) in this folder: its PROCS, its EXC and KERNEL_EXITS
+KERNEL = "kernel"
+KERNEL_EXITS = "exits.json"  #: exit codes of the processes the kernel started, by pid
 #: the run's own temporary folder: TMPDIR, TEMP and TMP of the script and of every process below it
 #: (multiprocessing's pymp-* folders, torchelastic's log folders, torch_shm_manager's socket folder,
 #: mkstemp files), so whatever a killed process leaves there goes with the run directory
