@@ -8,6 +8,7 @@ of those runs, not every new name in /dev/shm.
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import textwrap
 import time
@@ -364,3 +365,85 @@ def test_a_listener_that_fails_does_not_stop_the_run():
                      "    p = mp.get_context('fork').Process(target=os._exit, args=(0,)); p.start(); p.join()\n",
                      timeout=60, on_event=broken)
     assert r.ok and any("a bug in the listener" in e for e in r.monitor_errors), r.monitor_errors
+
+
+def test_the_monitor_survives_a_bad_tick_and_says_so(monkeypatch):
+    from labutils.runner import monitor
+
+    real, calls = monitor._rss, []
+
+    def flaky(pid):
+        calls.append(pid)
+        if len(calls) == 1:
+            raise RuntimeError("a bad tick")
+        return real(pid)
+
+    monkeypatch.setattr(monitor, "_rss", flaky)
+    r = run_isolated("import time\ntime.sleep(1)\n", timeout=30)
+    assert r.ok and any("a bad tick" in e for e in r.monitor_errors), r.monitor_errors
+    assert r.peak_rss  # later ticks still measured the run
+
+
+def test_a_watchdog_that_cannot_watch_stops_the_run(monkeypatch):
+    from labutils.runner import monitor
+
+    def broken(pid):
+        raise RuntimeError("no /proc")
+
+    monkeypatch.setattr(monitor, "_rss", broken)
+    r = run_isolated("import time\ntime.sleep(60)\n", timeout=60, memory_budget="300M",
+                     memory_enforcement="watchdog")
+    assert r.outcome == "failed" and "could not watch" in r.reason and r.wall_time < 30
+
+
+def test_runs_work_in_a_process_holding_more_than_1024_fds():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("the hard limit on open files is below 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = []
+    try:
+        while len(held) < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        r = run_isolated("import time\ntime.sleep(0.3)\nprint('fine')\n", timeout=30)
+        assert r.ok and r.stdout.strip() == "fine", (r.outcome, r.stderr)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _open_fds() -> set:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_run_whose_interpreter_cannot_start_leaves_no_fd(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_bytes(b"\x7fELF not really an interpreter\n")
+    fake.chmod(0o755)
+    before = _open_fds()
+    for _ in range(3):
+        with pytest.raises(IsolationError, match="could not start the run's Python"):
+            run_isolated("pass", python=str(fake), timeout=30)
+    assert _open_fds() <= before, _open_fds() - before
+
+
+def test_an_interrupt_during_a_run_leaves_no_fd_and_no_process(monkeypatch):
+    import psutil
+
+    from labutils.runner import isolate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for launcher in ("auto", "cold"):
+        run_isolated("pass", launcher=launcher, timeout=60)  # the template (warm) exists before counting
+        before = _open_fds()
+        kids = {p.pid for p in psutil.Process().children()}
+        with monkeypatch.context() as m:
+            m.setattr(isolate, "_wait_leader", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                run_isolated("import time\ntime.sleep(30)", launcher=launcher, memory_budget=None, timeout=60)
+        assert _open_fds() <= before, (launcher, _open_fds() - before)
+        left = [p for p in psutil.Process().children() if p.pid not in kids and p.status() != psutil.STATUS_ZOMBIE]
+        assert not left, (launcher, left)

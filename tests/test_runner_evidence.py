@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
+import subprocess
+import sys
 import textwrap
 import time
 
 from labutils import run_isolated
+from labutils.runner import rundir as _rd
 
 LOADER = textwrap.dedent("""
     import os, signal, time
@@ -133,8 +138,6 @@ def test_the_live_feed_ends_with_the_run_s_final_batch_count(tmp_path):
     """Batches that come after the main process's last sample (a crash or an exit just after them) still
     reach the live chart: the monitor sends the final count once more when the run has ended."""
     import json
-    import subprocess
-    import sys
 
     from labutils.runner.monitor import Monitor
     from labutils.runner.spec import RunSpec
@@ -178,3 +181,68 @@ def test_a_broken_listener_does_not_stop_the_run():
 
     r = run_isolated(loader(n=10), timeout=90, on_sample=boom)
     assert r.ok, r.stderr
+
+
+def test_output_is_read_to_a_cap_and_the_result_says_what_was_cut(monkeypatch):
+    from labutils.runner import evidence
+
+    monkeypatch.setattr(evidence, "OUTPUT_CAP", 64 * 1024)
+    r = run_isolated("import sys\nfor i in range(40000):\n    print(f'line {i:06d}')\n", timeout=60)
+    assert r.ok
+    cut = r.truncated["stdout"]
+    assert cut["size"] == 40000 * 12 and cut["cap"] == 64 * 1024 and cut["cut"] == cut["size"] - 64 * 1024
+    assert len(r.stdout) < 70 * 1024 and "line 000000" in r.stdout and "line 039999" in r.stdout
+    assert "bytes cut here" in r.stdout and "stderr" not in r.truncated
+
+
+def test_a_run_that_floods_its_output_is_stopped(monkeypatch):
+    from labutils.runner import monitor
+
+    monkeypatch.setattr(monitor, "OUTPUT_LIMIT", 4 * 2**20)
+    r = run_isolated("while True:\n    print('x' * 1000)\n", timeout=60)
+    assert r.outcome == "failed" and "MiB to stdout/stderr" in r.reason and r.wall_time < 30, r.reason
+
+
+def test_a_run_that_floods_its_evidence_records_is_stopped(monkeypatch):
+    """labutils.emit in a loop writes nothing to stdout, but fills RUN_DIR/emitted.jsonl in the shared /tmp."""
+    from labutils.runner import monitor
+
+    monkeypatch.setattr(monitor, "EVIDENCE_LIMIT", 2 * 2**20)
+    r = run_isolated("import labutils\nwhile True:\n    labutils.emit(x='y' * 1000)\n", timeout=60)
+    assert r.outcome == "failed" and "emitted.jsonl" in r.reason and r.wall_time < 30, (r.outcome, r.reason)
+
+
+def test_one_chain_walk_for_the_kernel_the_diagnosis_and_the_notebook_preamble():
+    import runpy
+
+    from labutils.diagnosis import chain
+    from labutils.diagnosis.evidence import _chain_of
+    from labutils.kit.inkernel import _chain
+    from labutils.runner import notebook
+
+    try:
+        try:
+            raise ValueError("inner")
+        except ValueError as inner:
+            raise RuntimeError("outer") from inner
+    except RuntimeError as exc:
+        err = exc
+    assert [(type(e).__name__, link) for e, link in _chain(err)] == [("RuntimeError", None), ("ValueError", "cause")]
+    assert [(c.type, c.link) for _, c in _chain_of(err)] == [("RuntimeError", None), ("ValueError", "cause")]
+    recs = chain.records(err)
+    assert [(r["type"], r["link"], r["message"]) for r in recs] == [("RuntimeError", None, "outer"),
+                                                                     ("ValueError", "cause", "inner")]
+    preamble = runpy.run_path(os.path.join(os.path.dirname(notebook.__file__), "kernel_preamble.py"))
+    assert os.path.samefile(preamble["_chain"].__code__.co_filename, chain.__file__)  # it runs this very file
+
+
+def test_evidence_records_are_read_to_a_cap(tmp_path):
+    from labutils.runner.rundir import read_json, read_jsonl
+
+    path = tmp_path / _rd.LOADER
+    path.write_text((json.dumps({"event": "error", "text": "x" * 100}) + "\n") * 5000)  # about 560 kB
+    records = read_jsonl(str(path), cap=20_000)
+    assert 0 < len(records) < 200, len(records)
+    big = tmp_path / _rd.VALUE
+    big.write_text(json.dumps({"v": "y" * 100_000}))
+    assert read_json(str(big), cap=1000) is None  # cut, so not valid JSON: read as no record, not whole

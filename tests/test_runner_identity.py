@@ -4,15 +4,19 @@ and it still finds every process of the run, even one that left the process tree
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import textwrap
 import time
 
 import psutil
 import pytest
+from test_machine_capabilities import no_pidfd  # noqa: F401 - the fixture, defined there
 
 import labutils
 from labutils import run_isolated
-from labutils.runner import procfs
+from labutils.runner import ownership, procfs
 from labutils.runner import procs as _procs
 
 ESCAPEE = textwrap.dedent("""
@@ -140,3 +144,59 @@ def test_zombie_status_reads_the_kernels_exit_code():
         assert status is not None and os.WEXITSTATUS(status) == 7
     finally:
         os.waitpid(pid, 0)
+
+
+def test_killpg_is_not_sent_once_the_leader_was_reaped_by_someone_else(tmp_path, monkeypatch):
+    leader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    procs = _procs.RunProcesses(str(tmp_path), leader.pid)
+    assert procs.leader_unreaped()
+    leader.kill()
+    leader.wait()  # reaped by "someone else" (the learner's SIGCHLD handler, say): the number is free now
+    assert not procs.leader_unreaped()
+    sent = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: sent.append(pgid))
+    procs.terminate(helper_grace=0.1)
+    procs.close()
+    assert sent == []  # a recycled number's group would have been SIGKILLed
+
+
+@pytest.mark.usefixtures("no_pidfd")
+def test_kill_verified_signals_only_while_the_check_holds():
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not ownership.kill_verified(sleeper.pid, lambda pid: False)
+        assert sleeper.poll() is None
+        assert ownership.kill_verified(sleeper.pid, lambda pid: True)
+        assert sleeper.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+
+
+STALE = """
+import os, subprocess, threading, time, labutils
+run_dir = os.environ["LABUTILS_RUN_DIR"]
+p = subprocess.Popen(["sleep", "60"])
+os.makedirs(os.path.join(run_dir, "stacks"), exist_ok=True)
+stale = os.path.join(run_dir, "stacks", f"{p.pid}.txt")
+open(stale, "w").close()
+os.utime(stale, (time.time() - 3600, time.time() - 3600))  # simulated: the file of an earlier process
+threading.Thread(target=lambda: open(OUT, "w").write(str(p.wait())), daemon=True).start()
+labutils.emit(pid=p.pid)
+time.sleep(60)
+"""
+
+
+def test_no_sigusr1_to_a_process_whose_stack_file_is_not_its_own(tmp_path):
+    out = tmp_path / "rc"
+    r = run_isolated(f"OUT = {str(out)!r}\n" + STALE, timeout=3)
+    assert r.outcome == "timed_out", r
+    rc = out.read_text() if out.exists() else None
+    assert rc != "-10", "the runner sent SIGUSR1 to a process that had no stack dump registered"
+
+
+def test_a_registered_process_still_dumps_its_stack():
+    r = run_isolated("import time\ntime.sleep(60)\n", timeout=3)
+    assert r.outcome == "timed_out", r
+    assert any("time.sleep" in text or "line 2" in text for text in r.stacks.values()), r.stacks

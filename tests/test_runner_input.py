@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import resource
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -131,7 +134,6 @@ BAD = [
 
 @pytest.mark.parametrize("kwargs, argument, words", BAD, ids=[f"{a}-{i}" for i, (_k, a, _w) in enumerate(BAD)])
 def test_bad_input_is_one_line_naming_the_argument_and_leaves_nothing(kwargs, argument, words):
-    import os
 
     import psutil
 
@@ -162,3 +164,12 @@ def test_run_isolated_keywords_are_the_specs():
 
     params = inspect.signature(run_isolated).parameters
     assert {k: p.default for k, p in params.items() if k != "code"} == KEYWORDS
+
+
+def test_diagnose_refuses_an_infinite_timeout_in_one_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    p = subprocess.run([sys.executable, "-m", "labutils", "diagnose", "--timeout", "inf", str(script)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "timeout" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "hi" not in p.stdout  # refused before anything ran

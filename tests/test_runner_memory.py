@@ -14,8 +14,10 @@ import pytest
 
 import labutils.runner.isolate as isolate
 from labutils import run_isolated
+from labutils.runner import capabilities, cgroupfs, spec
 from labutils.runner import cgroup as _cgroup
-from labutils.runner import cgroupfs, spec
+from labutils.runner import rundir as _rd
+from labutils.runner.cgroup import RunCgroup
 
 WORKER_HOG = textwrap.dedent("""
     import torch
@@ -173,3 +175,117 @@ def test_kernel_record_names_the_killed_pid_from_the_kernel_log():
     rec = isolate._kernel_record({"oom_kill": 1}, lines, Group(), {41: 1, 42: 2}, Mon(), {42: None}, (1, 41, "exited"))
     assert rec["killed_pids"] == [42] and rec["killed_pids_from"] == "dmesg" and not rec["main_killed"]
     assert len(rec["dmesg"]) == 2  # the other group's kill is not this run's
+
+
+def test_a_systemd_scope_that_enforces_nothing_is_reported_as_the_watchdog(tmp_path):
+    """SIMULATED: a scope directory whose memory.max reads 'max' (systemd accepted MemoryMax= on a host whose
+    memory controller is on cgroup v1, or not delegated)."""
+    from labutils.runner.group import RunGroup
+
+    scope = tmp_path / "labutils-run-1.2-abcd.scope"
+    scope.mkdir()
+    (scope / "memory.max").write_text("max\n")
+    group = RunGroup()
+    group.memory = RunCgroup("systemd", 2, str(scope), 300 * 2**20, "systemd-run ...", unit=scope.stem)
+    group.memory_limit = {"enforced_by": "kernel", "limit": 300 * 2**20, "mechanism": "systemd", "kernel_record": None}
+    assert group.watchdog_budget == 300 * 2**20  # armed until the scope's limit has been read back
+    assert group.memory.verify() is False
+    group.settle()
+    assert group.memory_limit["enforced_by"] == "watchdog" and "reads max" in group.memory_limit["why_not_kernel"]
+    (scope / "memory.max").write_text(f"{300 * 2**20}\n")
+    group.memory.verified = None
+    group.memory_limit["enforced_by"] = "kernel"
+    assert group.memory.verify() is True and group.watchdog_budget is None
+
+
+def test_locate_ignores_the_kernels_own_scope(monkeypatch):
+    """SIMULATED /proc/PID/cgroup: first the kernel's terminal session scope, then the run's own."""
+    lines = [[("0", [], "/user.slice/user-1000.slice/session-4.scope")],
+             [("0", [], "/user.slice/user-1000.slice/user@1000.service/app.slice/labutils-run-1.2-ab.scope")]]
+    monkeypatch.setattr(_cgroup, "proc_cgroups", lambda pid="self": lines.pop(0))
+    monkeypatch.setattr(cgroupfs, "mountinfo", lambda: [{"root": "/", "mount": "/sys/fs/cgroup",
+                                                        "fstype": "cgroup2", "options": "rw"}])
+    g = RunCgroup("systemd", 2, None, 2**28, "systemd", unit="labutils-run-1.2-ab")
+    g.locate(1)
+    assert g.directory is None  # session-4.scope is the user's terminal, not the run
+    g.locate(1)
+    assert os.path.basename(g.directory) == "labutils-run-1.2-ab.scope"
+
+
+class _Group:
+    directory = "/sys/fs/cgroup/memory/lab/labutils-run-1-x"
+
+
+class _Mon:
+    kernel_oom_pids: list = []
+
+
+HOST_KILL = ["oom-kill:constraint=CONSTRAINT_NONE,task_memcg=/system.slice/db.service,task=postgres,pid=42,uid=70",
+             "Out of memory: Killed process 42 (postgres) total-vm:1kB"]
+
+
+RUN_KILL = ["oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lab/labutils-run-1-x,task=pt_data_worker,pid=42,uid=0",
+            "Memory cgroup out of memory: Killed process 42 (pt_data_worker) total-vm:1kB"]
+
+
+def test_in_a_private_pid_namespace_a_host_kill_with_our_number_is_not_the_runs(monkeypatch):
+    """Simulated: this test machine's runner is in the initial pid namespace, so the namespace check is
+    replaced by its answer in a container with its own pid namespace and a readable /dev/kmsg."""
+    from labutils.runner import evidence
+
+    assert evidence.host_pid_namespace() is True  # here (NSpid has one number)
+    monkeypatch.setattr(evidence, "host_pid_namespace", lambda: False)
+    rec = evidence._kernel_record({}, HOST_KILL, _Group(), {41: 1, 42: 2}, _Mon(), {}, (1, 41, "exited"))
+    assert rec["killed_pids"] == [] and rec["dmesg"] == [], rec
+    rec = evidence._kernel_record({}, RUN_KILL, _Group(), {41: 1, 42: 2}, _Mon(), {}, (1, 41, "exited"))
+    assert rec["killed_pids"] == [42], rec  # the record names the run's cgroup: the run's worker
+
+
+def test_in_the_host_pid_namespace_a_host_oom_kill_of_a_run_process_is_still_the_runs():
+    from labutils.runner import evidence
+
+    rec = evidence._kernel_record({}, HOST_KILL, _Group(), {41: 1, 42: 2}, _Mon(), {}, (1, 41, "exited"))
+    assert rec["killed_pids"] == [42], rec  # a run without a budget killed by the host's OOM killer
+
+
+def test_no_systemd_scope_is_tried_where_memory_is_on_cgroup_v1(monkeypatch):
+    """systemd's MemoryMax= applies to the unified hierarchy only: on a v1 or hybrid host it limits
+    nothing, so the scope must not even be probed (the probe would accept it)."""
+
+    probed = []
+    monkeypatch.setattr(capabilities, "systemd_scope", lambda: probed.append(1))
+    group, reason = _cgroup._systemd_scope(64 * 2**20, 1)
+    assert group is None and "v1" in reason and not probed, reason
+
+
+def test_a_cgroup_that_cannot_be_removed_is_in_the_result(monkeypatch):
+    """SIMULATED failure: the group is really removed, then reported as if it had stayed (EBUSY from a
+    process in D state cannot be produced on demand); what is checked is that the report reaches the
+    result instead of being dropped."""
+    version, parent = _cgroup.own_cgroup("memory")
+    if version is None or not os.access(parent, os.W_OK):
+        pytest.skip(f"no writable memory cgroup here ({parent})")
+    real = _cgroup.RunCgroup.remove
+
+    def remove(self, timeout=3.0):
+        real(self, timeout)
+        return f"could not remove {self.directory}: Device or resource busy (simulated)"
+
+    monkeypatch.setattr(_cgroup.RunCgroup, "remove", remove)
+    r = run_isolated("pass", memory_budget="600MiB", timeout=60)
+    if r.memory_limit["enforced_by"] != "kernel":
+        pytest.skip(f"no kernel limit here: {r.memory_limit.get('why_not_kernel')}")
+    assert r.ok and len(r.leftover_cgroups) == 1 and "simulated" in r.leftover_cgroups[0], r.leftover_cgroups
+
+
+def test_a_run_that_cannot_join_its_cgroup_is_unsupported_not_failed(monkeypatch, tmp_path):
+    """SIMULATED: the group's procs file cannot be written (a read-only cgroupfs after the group was made);
+    the bootstrap says so and exits 3 before the learner's code: that is not the learner's failure."""
+    from labutils.runner import group as _group
+
+    missing = str(tmp_path / "gone" / "cgroup.procs")
+    real = _group.RunGroup.config
+    monkeypatch.setattr(_group.RunGroup, "config", lambda self: {**real(self), "cgroup_procs": missing})
+    r = run_isolated("print('the learner ran')", timeout=60)
+    assert r.outcome == "unsupported" and _rd.JOIN_FAILED_TEXT in r.reason, (r.outcome, r.reason)
+    assert "the learner ran" not in r.stdout

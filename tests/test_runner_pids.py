@@ -8,6 +8,7 @@ import pytest
 
 import labutils.runner.pids as pids
 from labutils import IsolationError, run_isolated
+from labutils.runner import cgroup as _cgroup
 
 FORKS = """
 import os
@@ -70,3 +71,31 @@ def test_a_fork_beyond_the_limit_is_refused_by_the_kernel():
         assert not [n for n in os.listdir(os.path.dirname(plan["group"].directory)) if n.startswith("labutils-pids-")]
     free = run_isolated(FORKS, timeout=60)
     assert free.values["forked"] == 12 and free.values["refused"] is None
+
+
+def test_a_refused_process_limit_removes_the_pids_group_it_made(monkeypatch):
+    """SIMULATED: a v2 memory group (a systemd scope) and a pids child group: one run cannot be in both,
+    so the limit is refused; the pids group, already made, must be removed, not left."""
+    from labutils.runner import group as _group
+    from labutils.runner import pids as _pids
+
+    removed = []
+
+    class Made:
+        version, kind, directory = 2, "child", "/sys/fs/cgroup/labutils-pids-simulated"
+
+        def remove(self, timeout=3.0):
+            removed.append(self.directory)
+
+    class Scope(Made):
+        kind, directory = "systemd", None
+        prefix, verified, mechanism, procs_file = [], True, "simulated scope", None
+
+        def remove(self, timeout=3.0):
+            return None
+
+    monkeypatch.setattr(_cgroup, "prepare", lambda limit: (Scope(), None))
+    monkeypatch.setattr(_pids, "prepare", lambda n: ({"group": Made(), "nproc": None, "mechanism": "pids"}, None))
+    g = _group.RunGroup.prepare(600 * 2**20, "auto", 16)
+    assert g.refusal and "max_processes=16" in g.refusal, g.refusal
+    assert removed == [Made.directory]

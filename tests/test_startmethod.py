@@ -216,3 +216,18 @@ def test_the_preload_emulation_leaves_a_fixed_python_alone(monkeypatch):
     monkeypatch.setattr(startmethod, "forkserver_preloads_main", lambda: True)
     assert startmethod.emulate_fixed_forkserver_preload() is False
     assert forkserver.ForkServer.ensure_running is original
+
+
+def test_importing_the_fixes_leaves_a_scripts_start_method_alone():
+    code = "import labutils.kit.fixes, multiprocessing as mp; print(mp.get_start_method())"
+    env = {**os.environ, "LABUTILS_START_METHOD": "spawn"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == mp_default()
+
+
+def mp_default() -> str:
+    out = subprocess.run([sys.executable, "-c", "import multiprocessing as mp; print(mp.get_start_method())"],
+                         capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items()
+                                                                          if k != "LABUTILS_START_METHOD"})
+    return out.stdout.strip()
