@@ -1,11 +1,16 @@
 """The lab in a real browser: JupyterLab on 127.0.0.1 with a token, Debian's chromium driven by Playwright.
 
 The test opens a temporary copy of ``notebooks/09_interactive_lab.ipynb`` (its cells up to the lab: the
-rest is prompts and nbval's rehearsal), runs all cells from JupyterLab's Run menu, types a learner's
-name, picks the case that is ``fd_limit`` in that learner's deal, and runs it without a prediction. Until
-the reveal, the page's text (every tooltip and input value included, the prediction's list of choices
-left out) must not contain the cause id, the scenario's title or its script's name; the run's own
-output must be there. Then it predicts, reveals, and reads the cause in the reveal. Last, it runs a
+rest is prompts and nbval's rehearsal), runs all cells from JupyterLab's Run menu and types a learner's
+name. A fair game first: it picks every case in turn (with "Show the script" ticked, so that the page
+shows when the kernel has switched) and the page's text without the script (every tooltip and input
+value included, the prediction's list of choices left out, the case's name blanked) must be the same for
+every case: the setup line, the limit widgets, the status, the chart. Then it runs the case that is
+``fd_limit`` in that learner's deal without a prediction. Until the reveal, the page's text must not
+contain the cause id, the scenario's title or its script's name, nor the case's limit (on the setup line
+or as a line on the chart), and the status must be the words every case gets with only its run time and
+outcome; the run's own output must be there. Then it predicts the cause and a number of batches,
+reveals, and reads the cause, the limit and the number's score in the reveal. Last, it runs a
 loader of a few seconds from the "Your code" tab and counts the changes the page makes to the chart
 (a MutationObserver on the batches panel): at least 4 a second. A screenshot is kept in ``tmp_path``
 when it fails. It skips, with the reason, where chromium or Playwright is missing (CI installs both:
@@ -15,6 +20,7 @@ when it fails. It skips, with the reason, where chromium or Playwright is missin
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import socket
@@ -199,10 +205,47 @@ def _rate(times_ms: list) -> float:
 
 
 def _giveaways(text: str, sc) -> list:
-    import re
-
     found = [s for s in (sc.title, sc.broken, sc.fixed) if s in text]
     return found + ([sc.id] if re.search(rf"(?<![A-Za-z_]){re.escape(sc.id)}(?![A-Za-z_])", text) else [])
+
+
+# The lab's own text (JupyterLab's status bar and toolbars change by themselves): the widget's text without
+# the prediction's choices and the script (it is the case itself, shown on request), its tooltips, its values.
+LAB_TEXT = """() => {
+  const root = document.querySelector('.lab-root');
+  const copy = root.cloneNode(true);
+  copy.querySelectorAll('.lab-prediction, .lab-code').forEach(e => e.remove());
+  const titles = Array.from(root.querySelectorAll('[title]')).map(e => e.getAttribute('title'));
+  const values = Array.from(root.querySelectorAll('input, textarea')).map(e => e.value);
+  return copy.textContent + '\\n' + titles.join('\\n') + '\\n' + values.join('\\n');
+}"""
+
+
+def _hidden_page_text(page, case: str, cases: list) -> str:
+    """The lab's text with the case dropdown's list and the chosen case's name blanked."""
+    text = page.evaluate(LAB_TEXT)
+    return text.replace("".join(cases), "(the cases)").replace(case, "Case ?")
+
+
+def _every_hidden_case_looks_the_same(page, cases: list) -> str:
+    page.locator(".lm-TabBar-tabLabel", has_text="Cases").first.click()
+    page.locator(".widget-checkbox", has_text="Show the script").locator("input").check()
+    texts = {}
+    for case in cases:
+        page.locator(".lab-case select").select_option(label=case)
+        page.locator(".lab-code", has_text=f"# {case.lower().replace(' ', '_')}.py").wait_for(timeout=30_000)
+        texts[case] = _hidden_page_text(page, case, cases)
+    page.locator(".widget-checkbox", has_text="Show the script").locator("input").uncheck()
+    first = texts[cases[0]]
+    differ = [c for c, t in texts.items() if t != first]
+    if differ:
+        import difflib
+
+        diff = list(difflib.unified_diff(first.splitlines(), texts[differ[0]].splitlines(), lineterm="", n=0))
+        raise AssertionError(f"these hidden cases show another page than {cases[0]}: {differ}; the first "
+                             f"difference: {diff[:12]}")
+    assert "they are shown at the reveal" in first, first[:500]
+    return first
 
 
 def _open_lab(page, jupyter) -> None:
@@ -226,16 +269,18 @@ def test_a_case_stays_hidden_in_the_browser_until_the_reveal_and_the_chart_moves
     from labutils.scenarios import SCENARIOS
 
     sc = SCENARIOS["fd_limit"]
-    case = deal(SCENARIOS, LEARNER).case_of(sc.id)
+    dealt = deal(SCENARIOS, LEARNER)
+    case, cases = dealt.case_of(sc.id), list(dealt.cases)
     shot = jupyter["tmp"] / "lab_failure.png"
     t0 = time.monotonic()
     try:
         _open_lab(page, jupyter)
         page.locator(".lab-learner input").fill(LEARNER)
         page.locator(".lab-learner input").press("Enter")
+        _every_hidden_case_looks_the_same(page, cases)
         page.locator(".lab-case select").select_option(label=case)
-        page.locator(".lab-setup", has_text="open files limit: 128").wait_for(timeout=30_000)
         assert _giveaways(page.evaluate(PAGE_TEXT), sc) == [], "before the run"
+        page.locator(".lab-user-code textarea").wait_for(state="attached")
         page.locator("button.lab-run").click()
         status = page.locator(".lab-status")
         seen: list = []
@@ -248,14 +293,29 @@ def test_a_case_stays_hidden_in_the_browser_until_the_reveal_and_the_chart_moves
             time.sleep(0.2)
         assert "ended after" in status.inner_text(), status.inner_text()
         assert seen == [] and _giveaways(page.evaluate(PAGE_TEXT), sc) == [], f"before the reveal: {seen}"
+        hidden = page.evaluate(PAGE_TEXT)
+        assert "open files limit" not in hidden and "128" not in hidden, "no limit of the case before the reveal"
+        words = re.fullmatch(rf"{case} ended after [0-9.]+ s: (it failed|it finished|the lab stopped it at a limit)"
+                             r"\. Read what it printed, pick your prediction, then press Reveal\.",
+                             status.inner_text().strip())
+        assert words, f"the status of a hidden run is the same words for every case: {status.inner_text()!r}"
         assert "Too many open files" in page.locator(".lab-printed").inner_text(), "the run's own output is shown"
         page.locator(".lab-prediction select").select_option(label=CATALOGUE["fd_limit"].title)
+        page.locator(".lab-guess-batches input").fill("50")
+        page.locator(".lab-guess-batches input").press("Enter")
         page.locator("button.lab-reveal-button").click()
         verdict = page.locator(".lab-verdict")
         verdict.locator(".lab-reveal").wait_for(timeout=30_000)
         reveal = verdict.inner_text()
         assert "fd_limit" in reveal and sc.title in reveal and "06_file_descriptors" in reveal, reveal
         assert "right" in reveal, reveal
+        numbers = verdict.locator(".lab-numbers").inner_text()
+        assert "batches delivered" in numbers and "50" in numbers and "close?" in numbers, numbers
+        assert re.search(r"\b(yes|no)\b", numbers.split("batches delivered", 1)[1]), numbers
+        page.locator(".lab-setup", has_text="open files limit: 128").wait_for(timeout=30_000)  # its limit, now
+        page.locator(".lm-TabBar-tabLabel", has_text="Class").first.click()
+        score = page.locator(".lab-score").inner_text()
+        assert "1 of 1 predictions right" in score and "numbers close" in score, score
         # the chart: a loader that runs for a few seconds, from the Your code tab
         page.locator(".lm-TabBar-tabLabel", has_text="Your code").first.click()
         page.locator(".lab-user-code textarea").fill(SLOW_LOADER)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import game
+from .challenges import ALL_CHALLENGES
 
 __all__ = ["ClassReport", "CODES", "merge", "read_export"]
 
@@ -132,8 +133,6 @@ class ClassReport:
 
     def best(self) -> list:
         """``[(challenge, best score, learners who got it, learners who scored at all)]``."""
-        from .challenges import ALL_CHALLENGES
-
         out = []
         for cid in sorted({a["challenge"] for a in self.attempts}):
             done = [a for a in self.attempts if a["challenge"] == cid and a["counted"] and a["success"]

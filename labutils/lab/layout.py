@@ -52,6 +52,7 @@ def build_widgets(ui, prediction_options: list, sharing: tuple) -> None:
     ui.guess_batches = w.Text(value="", placeholder="optional", description="Batches delivered before it ends",
                               style=_WIDE)
     ui.guess_shm = w.Text(value="", placeholder="optional", description="/dev/shm peak (MiB)", style=_WIDE)
+    ui.guess_batches.add_class("lab-guess-batches")
     ui.learner = w.Text(value="", placeholder="your name (deals your cases)", description="Name", style=_WIDE)
     ui.learner.add_class("lab-learner")
     ui.show_code = w.Checkbox(value=False, description="Show the script", style=_WIDE)
