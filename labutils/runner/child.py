@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 
 _stack_file = None  # kept open for faulthandler for the life of the process
@@ -58,14 +59,55 @@ def register_stacks(run_dir: str) -> None:
             pass
 
 
-def record_semaphores(run_dir: str) -> None:
-    """Record the name and inode of every named semaphore created by this process (and forked children)."""
-    try:
-        from multiprocessing import synchronize
-    except ImportError:  # no working sem_open on this platform: no named semaphores either
+def when_imported(name: str, patch) -> None:
+    """Call ``patch(module)`` once module ``name`` is imported: now if it is already, else right after the
+    import that brings it in (a meta path finder that steps aside after that one import). The bootstrap
+    imports nothing on the learner's behalf this way: ``multiprocessing.util`` registers its exit handler
+    when it is imported, and where it stands among the script's own handlers decides their order at exit."""
+    module = sys.modules.get(name)
+    if module is not None:
+        patch(module)
         return
-    cls = synchronize.SemLock
-    if getattr(cls.__init__, "_labutils_wrapped", False):
+    sys.meta_path.insert(0, _AfterImport(name, patch))
+
+
+class _AfterImport:
+    """The meta path finder of :func:`when_imported` (the import machinery's own PathFinder finds the spec)."""
+
+    def __init__(self, name: str, patch):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        original_exec, patch = spec.loader.exec_module, self.patch
+
+        def exec_module(module):
+            original_exec(module)
+            try:
+                patch(module)
+            except Exception:  # noqa: BLE001, S110 - evidence is best effort: never break the import
+                pass
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def record_semaphores(run_dir: str) -> None:
+    """Record the name and inode of every named semaphore created by this process (and forked children),
+    from the moment ``multiprocessing.synchronize`` is imported."""
+    when_imported("multiprocessing.synchronize", lambda module: _record_semaphores(run_dir, module))
+
+
+def _record_semaphores(run_dir: str, synchronize) -> None:
+    cls = getattr(synchronize, "SemLock", None)
+    if cls is None or getattr(cls.__init__, "_labutils_wrapped", False):
         return
     original = cls.__init__
 
@@ -92,7 +134,11 @@ def record_temp_dirs(run_dir: str) -> None:
     killer or by the run's time limit never does, so the runner removes it, and only a recorded one with
     the same inode.
     """
-    from multiprocessing import process, util
+    when_imported("multiprocessing.util", lambda module: _record_temp_dirs(run_dir, module))
+
+
+def _record_temp_dirs(run_dir: str, util) -> None:
+    from multiprocessing import process
 
     original = util.get_temp_dir
     if getattr(original, "_labutils_wrapped", False):

@@ -19,6 +19,7 @@ a fresh interpreter) when starting from the template would not be the same thing
 * the learner's code sets an environment variable before it imports torch or numpy (``os.environ[...] =
   ...``, ``setdefault``, ``update``, ``putenv``): native libraries read ``OMP_NUM_THREADS`` and the like
   when they load, and in the template they loaded long ago;
+* the learner's code starts a session of its own (``os.setsid``): see :func:`starts_session`;
 * another interpreter (``python=``), or a platform without fork and working pidfds (tried, see
   ``capabilities.pidfd``: without them the runner could not hold the template's child).
 
@@ -124,7 +125,23 @@ def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: 
     if source and sets_env_before_import(source):
         return ("the code sets an environment variable before it imports torch or numpy, which read theirs "
                 "as they load")
+    if source and starts_session(source):
+        return ("the code starts a session of its own (os.setsid): a process it forks there is known as the "
+                "run's only by the environment it started with, which a warm child does not have")
     return None
+
+
+def starts_session(source: str) -> bool:
+    """Does ``source`` name ``setsid`` (``os.setsid()``, ``preexec_fn=os.setsid``)? A process forked from a
+    warm child keeps the template's startup environment in ``/proc/PID/environ`` (an assignment to
+    ``os.environ`` changes only what later ``exec`` calls pass on); once it has left the run's session too,
+    nothing proves it is the run's, and it would outlive the run."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    return any((isinstance(node, ast.Attribute) and node.attr == "setsid")
+               or (isinstance(node, ast.Name) and node.id == "setsid") for node in ast.walk(tree))
 
 
 _HEAVY = ("torch", "numpy")

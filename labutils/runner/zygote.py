@@ -26,27 +26,66 @@ the runner's to kill, and it does.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import sys
+
+AT_START = frozenset(sys.modules)  # what a fresh interpreter has imported before its script (see bootstrap)
+
+import atexit  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
 
 
-def _preload() -> None:
+def _preload() -> list:
     """What a run's main process imports anyway before its first batch (nothing that starts a thread pool
-    it would keep: OpenBLAS's idle thread is re-created by its own at-fork handler in the child)."""
-    import multiprocessing.connection  # noqa: F401
-    import multiprocessing.queues  # noqa: F401
-    import multiprocessing.synchronize  # noqa: F401
+    it would keep: OpenBLAS's idle thread is re-created by its own at-fork handler in the child). Returns
+    the exit handlers these imports registered, ``[(importing, func, args, kwargs)]`` in their order, with
+    the modules whose import was under way at the time (``importing``): a run's child registers each again
+    when the script imports one of those, as a fresh process would register it then (see the bootstrap's
+    ``_follow_imports``)."""
+    handlers, register = [], atexit.register
 
+    def recording(func, *args, **kwargs):
+        handlers.append((_importing(), func, args, kwargs))
+        return register(func, *args, **kwargs)
+
+    atexit.register = recording
+    try:
+        _import_torch()
+    finally:
+        atexit.register = register
+    # What the template imported stays alive in every child: frozen, it is out of the cyclic collector's
+    # sight, so a child's collections (the interpreter's exit runs several) neither walk those objects nor
+    # write to their pages (each write would copy a page from the template).
+    gc.freeze()
+    return handlers
+
+
+def _importing() -> tuple:
+    """The modules whose import is under way here, outermost first (their module-level frames)."""
+    names, frame = [], sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") not in (None, "__main__"):
+            names.append(frame.f_globals["__name__"])
+        frame = frame.f_back
+    return tuple(reversed(names))
+
+
+def _import_torch() -> None:
+    """torch first, as a script imports it: an exit handler registered on the way is then known to come
+    with ``import torch`` (multiprocessing's comes with it too)."""
     try:
         import torch  # noqa: F401
         import torch.multiprocessing  # noqa: F401
         import torch.utils.data  # noqa: F401
     except Exception:  # noqa: BLE001 - a broken torch: the runs themselves will show why
         pass
+    import multiprocessing.connection  # noqa: F401
+    import multiprocessing.queues  # noqa: F401
+    import multiprocessing.synchronize  # noqa: F401
 
 
 def _readline(sock: socket.socket, buf: bytearray, fds: list) -> bytes | None:
@@ -69,7 +108,7 @@ def _send(sock: socket.socket, obj: dict, fds: tuple = ()) -> None:
         sock.sendall(data)
 
 
-def _become_run(sock: socket.socket, req: dict, out_fd: int, err_fd: int) -> None:
+def _become_run(sock: socket.socket, req: dict, out_fd: int, err_fd: int, handlers: list) -> None:
     """In the forked child: turn into a fresh-looking bootstrap process, then run the bootstrap."""
     os.setsid()
     null = os.open(os.devnull, os.O_RDONLY)
@@ -92,9 +131,21 @@ def _become_run(sock: socket.socket, req: dict, out_fd: int, err_fd: int) -> Non
         sys.modules["tempfile"].tempdir = None  # read TMPDIR again: the run's own folder, not the template's
     _reseed()
     sys.argv = [BOOTSTRAP, req["run_dir"]]
-    import runpy
+    # The exit handlers of the template's imports run in the child as in a fresh process: after the
+    # bootstrap's first one (which records the run's exit codes last), before the script's.
+    atexit._clear()
+    import types
 
-    runpy.run_path(BOOTSTRAP, run_name="__main__")  # ends with sys.exit(main()) like the cold path
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=BOOTSTRAP, __builtins__=sys.modules["builtins"],
+                           _TEMPLATE_EXIT_HANDLERS=handlers, _TEMPLATE_AT_START=AT_START)
+    sys.modules["__main__"] = module
+    with open(BOOTSTRAP, "rb") as fh:
+        code = compile(fh.read(), BOOTSTRAP, "exec")
+    # The bootstrap runs as this process's main module, not through runpy: what escapes it (SystemExit, a
+    # KeyboardInterrupt) reaches the interpreter as it would from ``python bootstrap.py``, and the
+    # interpreter's own exit follows, teardown included.
+    exec(code, module.__dict__)  # noqa: S102
 
 
 def _reseed() -> None:
@@ -167,8 +218,8 @@ def serve(fd: int):
 
 
 if __name__ == "__main__":
-    _preload()
+    exit_handlers = _preload()
     job = serve(int(sys.argv[1]))
     if job is None:
-        os._exit(0)  # the runner is gone; tearing torch down would only cost time
-    _become_run(*job)
+        os._exit(0)  # the runner is gone; the template has nothing to finish
+    _become_run(*job, exit_handlers)

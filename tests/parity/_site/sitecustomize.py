@@ -1,0 +1,35 @@
+"""The lab's start-method switch for the plain-python side of the parity check.
+
+``tests/parity/harness.py`` puts this folder first on ``PYTHONPATH`` when a case runs under a start method
+other than the machine's default. ``LABUTILS_START_METHOD`` is then applied exactly as an isolated run's
+bootstrap applies it (``startmethod.apply_requested(emulate_preload=True)``, loaded by path), so plain
+python and the lab run the script under the same default. The next ``sitecustomize`` on ``sys.path`` (the
+suite's ledger) still runs.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _chain():
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+if os.environ.get("LABUTILS_START_METHOD") and os.environ.get("PARITY_STARTMETHOD_PY"):
+    _load("_parity_startmethod", os.environ["PARITY_STARTMETHOD_PY"]).apply_requested(emulate_preload=True)
+_chain()

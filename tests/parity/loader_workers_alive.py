@@ -1,0 +1,9 @@
+# parity: torch timeout=60
+# A DataLoader iterator with live workers kept in a global when the script returns, half consumed: python
+# exits at once (its exit handler stops the workers), printing nothing more.
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.arange(64, dtype=torch.float32))
+it = iter(DataLoader(data, batch_size=4, num_workers=2))
+print("first batch", next(it)[0].tolist())

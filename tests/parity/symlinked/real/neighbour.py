@@ -1,0 +1,1 @@
+WHERE = "imported from the real folder"

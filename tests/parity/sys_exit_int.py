@@ -1,0 +1,5 @@
+# parity: fast
+import sys
+
+print("exiting with 3")
+sys.exit(3)
