@@ -73,7 +73,8 @@ def provoked(result, name):
     return explain(damaged)
 
 
-@pytest.mark.parametrize("name", list(ALL))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=sc.gap))
+                                  if sc.gap else n for n, sc in ALL.items()])
 def test_no_wrong_answer_is_high(name, scenario_runs):
     sc = ALL[name]
     opts = sc.options("broken")

@@ -74,21 +74,32 @@ def _skip_if_unsupported(scenario):
             pytest.skip(f"{scenario.id}: a private /dev/shm cannot be mounted here: {reason}")
 
 
+def _with_gaps(names):
+    """The names, each scenario with a known diagnosis gap expected to fail (strictly: it flips when fixed)."""
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=SCENARIOS[n].gap)) if SCENARIOS[n].gap
+            else n for n in names]
+
+
 def test_every_cause_has_a_scenario():
     from labutils.diagnosis.diagnose import CAUSES
 
-    assert sorted(SCENARIOS) == sorted(CAUSES)
+    # one scenario named after each cause; the others (the libraries of notebook 13) expect one of the causes
+    assert {k for k, sc in SCENARIOS.items() if sc.expected == k} == set(CAUSES)
+    assert {sc.expected for sc in SCENARIOS.values()} <= set(CAUSES)
     assert set(COLD_CHECKS) <= set(SCENARIOS) and not set(COLD_CHECKS) & set(ALWAYS_COLD)
     for sc in SCENARIOS.values():
-        assert sc.expected == sc.id
         assert os.path.isfile(sc.path("broken")) and os.path.isfile(sc.path("fixed"))
 
 
-@pytest.mark.parametrize("cause", list(SCENARIOS))
+@pytest.mark.parametrize("cause", _with_gaps(SCENARIOS))
 def test_scenario_is_named_and_fixed_is_ok(cause, lab_start_method, lab_repeat, scenario_runs):
     sc = SCENARIOS[cause]
     _skip_if_unsupported(sc)
     runs = 1 if sc.broken == sc.fixed else lab_repeat  # `ok`: broken and fixed are the same healthy script
+    if sc.broken != sc.fixed:
+        data = scenario_runs.report(sc, "fixed", lab_start_method)
+        assert data["cause"] == "ok" and data["outcome"] == "ok", (
+            f"{sc.fixed}: {data['cause']}: {data['summary']}\n" + data["stderr"][-2000:])
     for i in range(runs):
         data = scenario_runs.report(sc, "broken", lab_start_method, fresh=i > 0)
         assert data["cause"] == sc.expected, (
@@ -96,10 +107,6 @@ def test_scenario_is_named_and_fixed_is_ok(cause, lab_start_method, lab_repeat, 
             + "\n".join(data["evidence"]) + "\n--- stderr tail\n" + data["stderr"][-2000:])
         if sc.expected != "ok":
             assert data["fixes"] and all(f["notebook"] for f in data["fixes"])
-    if sc.broken != sc.fixed:
-        data = scenario_runs.report(sc, "fixed", lab_start_method)
-        assert data["cause"] == "ok" and data["outcome"] == "ok", (
-            f"{sc.fixed}: {data['cause']}: {data['summary']}\n" + data["stderr"][-2000:])
 
 
 @pytest.mark.parametrize("cause", COLD_CHECKS)
