@@ -89,7 +89,8 @@ def test_stable_parts_drop_what_varies():
 def test_the_messages_notebooks_10_to_12_teach_are_on_the_sheet():
     """Every message notebooks 10-12 list as shown, by its stable part, on the sheet and in the README's map."""
     with open(SHEET, encoding="utf-8") as fh:
-        places = {"notebooks/CHEATSHEET.md": _flat(fh.read()), "labutils/README.md's error-text map": _flat(_readme_map())}
+        places = {"notebooks/CHEATSHEET.md": _flat(fh.read()),
+                  "labutils/README.md's error-text map": _flat(_readme_map())}
     missing = []
     for stem in TEACHING:
         messages = _taught(stem)
