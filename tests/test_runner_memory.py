@@ -12,9 +12,8 @@ import textwrap
 
 import pytest
 
-import labutils.runner.isolate as isolate
 from labutils import run_isolated
-from labutils.runner import capabilities, cgroupfs, spec
+from labutils.runner import capabilities, cgroupfs, evidence, spec
 from labutils.runner import cgroup as _cgroup
 from labutils.runner import rundir as _rd
 from labutils.runner.cgroup import RunCgroup
@@ -172,7 +171,7 @@ def test_kernel_record_names_the_killed_pid_from_the_kernel_log():
     lines = ["oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lab/labutils-run-1-x,task=pt_data_worker,pid=42,uid=0",
              "Memory cgroup out of memory: Killed process 42 (pt_data_worker) total-vm:1kB",
              "Memory cgroup out of memory: Killed process 77 (other) total-vm:1kB"]
-    rec = isolate._kernel_record({"oom_kill": 1}, lines, Group(), {41: 1, 42: 2}, Mon(), {42: None}, (1, 41, "exited"))
+    rec = evidence._kernel_record({"oom_kill": 1}, lines, Group(), {41: 1, 42: 2}, Mon(), {42: None}, (1, 41, "exited"))
     assert rec["killed_pids"] == [42] and rec["killed_pids_from"] == "dmesg" and not rec["main_killed"]
     assert len(rec["dmesg"]) == 2  # the other group's kill is not this run's
 

@@ -33,12 +33,9 @@ from . import ownership as _ownership
 from . import procs as _procs
 from . import rundir as _rd
 from . import warm as _warm
-from .evidence import _kernel_record  # noqa: F401 - tests read it here
-from .group import WATCHDOG_MECHANISM as _WATCHDOG_MECHANISM  # noqa: F401
 from .group import RunGroup
 from .monitor import Monitor, _dump_stacks
-from .monitor import Monitor as _Monitor  # noqa: F401 - the old name
-from .ownership import find_strays, leftover_shm  # noqa: F401 - public here too
+from .ownership import find_strays, leftover_shm  # noqa: F401 - labutils/__init__ names them here
 from .result import RunResult
 from .sizes import format_size
 from .spec import IsolationError, RunSpec, _cell_bytes, takes_run_options

@@ -357,7 +357,3 @@ def _catches(pid: int, sig: int) -> bool:
         return False
     return False
 
-
-_WATCHDOG_MECHANISM = ("the lab's watchdog: every 50 ms it sums the PSS of the run's processes (a shared "
-                       "page counted once, as the kernel charges it) and, over the limit, SIGKILLs the "
-                       "process the kernel would pick (highest oom_score)")
