@@ -243,7 +243,8 @@ def test_the_oom_challenge_is_lost_at_the_defaults_and_won_by_one_knob():
 def test_without_a_private_dev_shm_challenge_1_plays_its_fallback_on_the_measured_peak(monkeypatch):
     """Real runs of shm_exhausted with the machine's own /dev/shm (the private one simulated refused): the
     fallback scores batch_size when the peak the lab measured stays at or under 16 MiB (measured here:
-    batch_size 1 peaks at 6-8 MiB, 4 at 24-33 MiB with prefetch_factor 1-2)."""
+    batch_size 1 peaks at 6-8 MiB; 4 at 12-33 MiB, a sample missing the moment two batches are in flight;
+    8 holds 24 MiB in one batch). A second attempt with the same knobs scores the higher of the two peaks."""
     from labutils.runner import isolate
 
     monkeypatch.setattr(isolate, "private_shm_support", lambda: (None, "unshare is refused here (simulated)"))
@@ -252,11 +253,13 @@ def test_without_a_private_dev_shm_challenge_1_plays_its_fallback_on_the_measure
     ui.scenario.value = ui.deal.case_of("shm_exhausted")
     ui.challenge.value = "shm_batch"
     assert "fallback target" in ui.challenge_text.value and "16 MiB" in ui.challenge_text.value
-    ui.batch_size.value = 4
+    ui.batch_size.value = 8
     over = ui.try_challenge()
     assert ui.last.outcome == "ok", "the machine's own /dev/shm holds the batches: nothing refuses them"
     assert over["challenge"] == "shm_batch_meter" and over["counted"] and not over["success"], over
     assert over["shm_peak_mib"] > 16 and "over 16 MiB" in over["why"], over
+    again = ui.try_challenge()
+    assert again["shm_peak_mib"] >= over["shm_peak_mib"] and not again["success"], again
     ui.batch_size.value = 1
     fits = ui.try_challenge()
     assert fits["counted"] and fits["success"] and fits["score"] == 1 and fits["shm_peak_mib"] <= 16, fits

@@ -8,8 +8,9 @@ fixed settings and changed nothing else; it scores only when the run finished (`
 A challenge that needs a capability this machine lacks (a private /dev/shm needs a mount namespace)
 says so, and is played against its fallback (:data:`FALLBACKS`) where it has one: challenge 1's wall
 of a private 8 MiB /dev/shm becomes a ceiling on the /dev/shm peak the lab measures with the machine's
-own /dev/shm (a sampled peak can miss a brief one, so the ceiling is higher: 16 MiB). Nothing is faked:
-the fallback is named on the attempt and the Class sheet.
+own /dev/shm (a sampled peak can miss a brief one, so the ceiling is higher, 16 MiB, and an attempt
+scores the highest peak of every attempt with the same knobs: trying again until a lucky sample cannot
+win). Nothing is faked: the fallback is named on the attempt and the Class sheet.
 """
 
 from __future__ import annotations

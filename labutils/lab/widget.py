@@ -24,6 +24,7 @@ from typing import Optional
 from ..runner.isolate import IsolationError, run_isolated
 from ..runner.result import RunResult
 from . import game
+from .card import card_html, card_text, stderr_view
 from .challenges import CHALLENGES, playable, score_attempt
 from .layout import build_layout, build_widgets
 
@@ -59,6 +60,19 @@ def script_diff_html(broken_path: str, fixed_path: str) -> str:
 #: what a locked challenge says: which case it is about, or its target, would name that case's cause
 _LOCKED = ("Locked: a challenge opens once you have revealed the case it is about. Play the cases: predict, run, "
            "reveal.")
+
+
+class _Card:
+    """A run's result card (:mod:`labutils.lab.card`: the cause, the record, the learner's stderr lines)."""
+
+    def __init__(self, result: RunResult):
+        self.result = result
+
+    def _repr_html_(self) -> str:
+        return card_html(self.result)
+
+    def __repr__(self) -> str:
+        return card_text(self.result)
 
 
 def _red(text: str) -> str:
@@ -360,7 +374,7 @@ class LabUI:
         numbers = game.observed_numbers(result, rec.snapshot())
         self.pending = {"case": case, "scenario": sc.id, "result": result, "numbers": numbers, "seen": False}
         if hidden and not (guess or {}).get("predicted"):  # a hidden case is revealed only with a cause predicted
-            tail = "\n".join(result.stderr.strip().splitlines()[-12:])
+            tail = "\n".join(stderr_view(result)[0])  # the lab's runner frames left out
             self.printed.append_stdout(f"what {case} printed last (stderr):\n{tail or '(nothing)'}\n")
             self.pending["seen"] = True
             self.reveal_button.disabled = False
@@ -419,7 +433,7 @@ class LabUI:
         self.status.value = (f"{html.escape(p['case'])} ({html.escape(sc.id)}): <b>{result.outcome}</b>, cause "
                              f"<code>{html.escape(result.cause)}</code> (expected for the broken run: "
                              f"{html.escape(sc.expected)}) in {result.wall_time:.1f} s")
-        self.output.append_display_data(result)
+        self.output.append_display_data(_Card(result))
         self._refresh()
         self._render_score()
 
@@ -444,7 +458,7 @@ class LabUI:
         for which, r in results.items():
             out = w.Output(layout=w.Layout(width="50%"))
             out.append_display_data(w.HTML(f"<b>{which}</b>: {r.outcome}, cause <code>{r.cause}</code>"))
-            out.append_display_data(r)
+            out.append_display_data(_Card(r))
             cards.append(out)
         self.compare.append_display_data(w.HTML(script_diff_html(sc.path("broken"), sc.path("fixed"))))
         self.compare.append_display_data(w.HBox(cards))
@@ -478,7 +492,7 @@ class LabUI:
         self.status.value = f"your code: <b>{result.outcome}</b>, cause <code>{result.cause}</code>"
         self.verdict.value = (f"The diagnosis: <code>{html.escape(result.diagnosis.cause)}</code>. What decided it:"
                               + "".join(f"<li>{html.escape(str(e))}</li>" for e in result.diagnosis.evidence[:4]))
-        self.output.append_display_data(result)
+        self.output.append_display_data(_Card(result))
         return result
 
     # ----------------------------------------------------------------- challenges
@@ -529,6 +543,9 @@ class LabUI:
             return None
         self.last = result
         peak = game.observed_numbers(result, rec.snapshot())["shm_mib"]
+        if ch.peak_mib is not None and peak is not None:  # a sample may miss the peak: trying again cannot help
+            peak = max([peak] + [a["shm_peak_mib"] for a in self.sheet.attempts if a["challenge"] == ch.id
+                                 and a["knobs"] == settings and a.get("shm_peak_mib") is not None])
         attempt = score_attempt(ch, settings, defaults, result, self.learner.value.strip(), case, shm_peak_mib=peak)
         self.sheet.attempts.append(attempt)
         verdict = (f"counted, score {attempt['score']:g}" if attempt["counted"] and attempt["success"]
