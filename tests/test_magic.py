@@ -131,3 +131,16 @@ def test_the_magic_takes_every_run_option_of_the_table():
     flags = {a for action in magic._parser()._actions for a in action.option_strings}
     assert {row.flag for row in OPTIONS if row.flag} <= flags
     assert {"-o", "-q", "--hide-cause"} <= flags
+
+
+def test_a_cause_the_lab_is_not_sure_of_reads_as_a_guess(shell):
+    from labutils.lab import magic
+
+    kill = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"  # a SIGKILL with no memory evidence
+    shown = magic.isolate_cell("-o kill9", kill, shell.user_ns)
+    d = shell.user_ns["kill9"].diagnosis
+    assert d.confidence != "high", d
+    assert f"<code>{d.cause}</code>? ({d.confidence} confidence)" in shown._repr_html_()
+    sure = magic.isolate_cell("-o sure", "import ctypes\nctypes.string_at(0)\n", shell.user_ns)
+    assert shell.user_ns["sure"].diagnosis.confidence == "high"
+    assert "<code>native_crash</code></b>" in sure._repr_html_()

@@ -56,19 +56,25 @@ def stderr_view(result: RunResult, n: int = TAIL_LINES) -> tuple:
 
 
 def _cause_line(result: RunResult) -> tuple:
-    """``(cause, summary)`` from the diagnosis, or ``(None, why it failed)``."""
+    """``(cause, summary, confidence)`` from the diagnosis, or ``(None, why it failed, None)``."""
     try:
         d = result.diagnosis
     except Exception as exc:  # noqa: BLE001 - a card never fails to show a result
-        return None, f"diagnosis failed: {exc!r}"
-    return d.cause, d.summary
+        return None, f"diagnosis failed: {exc!r}", None
+    return d.cause, d.summary, d.confidence
+
+
+def _doubt(confidence) -> str:
+    """What a cause that is not certain carries on the card: ``oom_killed?`` for a SIGKILL with no memory
+    evidence reads as the guess it is, beside a summary that says nothing recorded it was for memory."""
+    return "" if confidence in (None, "high") else f"? ({confidence} confidence)"
 
 
 def card_text(result: RunResult, hide_cause: bool = False) -> str:
     """The card as text: the cause first (or, hidden, last), the record, the stderr tail."""
     lines = result.summary_lines()
-    cause, summary = _cause_line(result) if result.outcome != "unsupported" else (None, None)
-    head = f"cause: {cause} - {summary}" if cause else (f"cause: ({summary})" if summary else None)
+    cause, summary, conf = _cause_line(result) if result.outcome != "unsupported" else (None, None, None)
+    head = f"cause: {cause}{_doubt(conf)} - {summary}" if cause else (f"cause: ({summary})" if summary else None)
     tail, dropped = stderr_view(result, 8)
     if tail:
         lines.append("stderr (last lines" + (f"; {dropped} lines of the lab's runner and runpy left out)"
@@ -85,8 +91,8 @@ def card_html(result: RunResult, hide_cause: bool = False) -> str:
     esc = html.escape
     badge = (f"<span style='background:{_COLOUR.get(result.outcome, '#444')};color:white;padding:1px 6px;"
              f"border-radius:3px'>{esc(result.outcome)}</span>")
-    cause, summary = _cause_line(result)
-    said = (f"<b>cause: <code>{esc(cause)}</code></b> &mdash; {esc(summary)}" if cause
+    cause, summary, conf = _cause_line(result)
+    said = (f"<b>cause: <code>{esc(cause)}</code>{esc(_doubt(conf))}</b> &mdash; {esc(summary)}" if cause
             else f"({esc(summary)})")
     head = f"{badge} <i>{esc(PROMPT)}</i>" if hide_cause else f"{badge} {said}"
     rows = "".join(f"<li>{esc(line)}</li>" for line in result.summary_lines())
