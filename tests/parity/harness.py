@@ -360,7 +360,41 @@ def _expect_leftover(case: Case, root: Path, method, python: Seen, lab: Seen) ->
     return problems
 
 
-INTENDED = {"unbuffered": _expect_unbuffered, "environment": _expect_environment, "leftover": _expect_leftover}
+def _expect_preloaded(case: Case, root: Path, method, python: Seen, lab: Seen) -> list:
+    """A warm run's process has imported torch before the script (that is the template's point), and a
+    process with torch imported ends differently: its teardown prints no ResourceWarning for a file left
+    open (plain python with ``import torch`` at the top does the same). A cold run: exactly python."""
+    if getattr(lab, "launcher", None) != "warm":
+        return differences(python, lab)
+    lost = [line for line in python.stderr.splitlines(keepends=True) if "ResourceWarning: unclosed file" in line]
+    kept = "".join(line for line in python.stderr.splitlines(keepends=True) if line not in lost)
+    problems = [d for d in differences(python, lab) if d[0] != "stderr"]
+    if len(lost) != 1 or lab.stderr != kept:
+        problems.append(("stderr: python's less its ResourceWarning line", kept, lab.stderr))
+    return problems
+
+
+def _expect_fatal_stack(case: Case, root: Path, method, python: Seen, lab: Seen) -> list:
+    """A fatal error's stack (faulthandler) is the C-level walk of every frame of the thread: in the lab it
+    goes on below the script's first frame into the frames of the bootstrap (and, warm, of the template)
+    that run the script, and its list of extension modules has the lab's (a warm run's: torch's) too.
+    Everything else is python's: the same signal, the same lines, the script's frames first."""
+    def plain(text: str) -> list:
+        lines = [line for line in text.splitlines() if "labutils/runner/" not in line
+                 and not line.startswith("Extension modules:")]
+        while lines and not lines[-1]:  # the blank line before the list of extension modules
+            lines.pop()
+        return lines
+
+    problems = [d for d in differences(python, lab) if d[0] != "stderr"]
+    own = [line for line in lab.stderr.splitlines() if "labutils/runner/" in line]
+    if plain(python.stderr) != plain(lab.stderr) or not own:
+        problems.append(("stderr, less the lab's own frames", plain(python.stderr), plain(lab.stderr)))
+    return problems
+
+
+INTENDED = {"fatal-stack": _expect_fatal_stack, "unbuffered": _expect_unbuffered, "environment": _expect_environment,
+            "leftover": _expect_leftover, "preloaded": _expect_preloaded}
 
 
 def check(case: Case, root: Path, method, python: Seen, lab: Seen) -> list:
