@@ -89,6 +89,7 @@ def test_every_cause_has_a_scenario():
     assert set(COLD_CHECKS) <= set(SCENARIOS) and not set(COLD_CHECKS) & set(ALWAYS_COLD)
     for sc in SCENARIOS.values():
         assert os.path.isfile(sc.path("broken")) and os.path.isfile(sc.path("fixed"))
+        assert os.path.isfile(os.path.join(os.path.dirname(__file__), os.pardir, "notebooks", sc.notebook + ".ipynb"))
 
 
 @pytest.mark.parametrize("cause", _with_gaps(SCENARIOS))
