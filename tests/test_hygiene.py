@@ -20,7 +20,7 @@ EXPECTED = ["00_start_here", "01_read_the_error", "02_spawn_and_pickling", "03_c
             "04_memory_and_oom", "04b_copy_on_read", "05_shared_memory", "06_file_descriptors", "07_hangs_and_timeouts",
             "08_main_module_and_guard", "09_interactive_lab", "10_production_loader",
             "10b_recommended_loader", "11_cuda_and_accelerators",
-            "12_distributed_torchrun"]
+            "12_distributed_torchrun", "13_libraries_you_load_with"]
 SKELETON = ["## Setup", "## Reproduce", "## Read the evidence", "## Fix", "## Verify", "## Summary",
             "## Exercises"]
 
