@@ -62,6 +62,21 @@ def test_cold_where_a_fork_of_the_template_would_differ():
     assert asked.launcher["kind"] == "cold" and asked.launcher["why_cold"] == "the cold launcher was asked for"
     with pytest.raises(IsolationError, match="launcher='warm' is not possible"):
         run_isolated("print('hi')", launcher="warm", env={"X": "1"})
+    session = run_isolated("import os\nif os.fork() == 0:\n    os.setsid()\n    os._exit(0)\nos.wait()\n")
+    assert session.ok and session.launcher["kind"] == "cold" and "os.setsid" in session.launcher["why_cold"]
+
+
+def test_a_warm_run_ends_with_the_interpreters_teardown(tmp_path):
+    """The exit handlers of the template's imports and the script's run in python's order (torch's and
+    multiprocessing's come with the script's import), the script's globals are alive in its own handler,
+    and a destructor run by the teardown itself (an object hung on another module) still runs."""
+    cell = ("import atexit, json\nimport torch\natexit.register(lambda: print('handler sees', json.dumps(1)))\n"
+            "class D:\n    def __del__(self):\n        print('teardown ran', flush=True)\n"
+            "torch._labutils_probe = D()\nprint('main done')\n")
+    r = run_isolated(cell, cwd=tmp_path, launcher="warm")
+    assert r.ok and r.launcher["kind"] == "warm", r.stderr
+    assert r.stdout.splitlines() == ["main done", "handler sees 1", "teardown ran"], r.stdout
+    assert r.stderr == "", r.stderr
 
 
 def test_a_bad_launcher_setting_is_one_clear_error(monkeypatch):

@@ -363,20 +363,14 @@ _pending: list = []  # a warm run's template exit handlers not registered again 
 
 
 def _follow_imports() -> None:
-    """Make the modules imported before the script (by this bootstrap, or by the warm template) take their
-    place as the script imports them, as in ``python script.py``:
-
-    * their place in ``sys.modules``: the interpreter's teardown clears modules in the reverse order of it,
-      so a destructor that runs as one module is cleared finds the modules the script imported before it
-      still whole (and those imported after it already cleared), as under python;
-    * in a warm run, the exit handlers that the template's imports registered (multiprocessing's, torch's,
-      logging's...): the template cleared them from the child, and each is registered again when the script
-      imports a module whose import registered it, so that it runs before or after the script's own
-      handlers as under python. Any never due run at the end, before :func:`_finish` (first registered).
-
-    Done by wrapping ``builtins.__import__`` until every such module has been imported by the script. Its
-    frame is one of this file's, dropped from the tracebacks the run reports (:func:`_own_frames_dropped`).
-    """
+    """Make the modules imported before the script (by this bootstrap, or the warm template) take their
+    place as the script imports them, as in ``python script.py``: their place in ``sys.modules`` (the
+    teardown clears modules in its reverse order, so a destructor run as one module is cleared finds those
+    the script imported before it still whole, as under python), and, warm, the exit handlers that the
+    template's imports registered: each is registered again when the script imports a module whose import
+    registered it, so it runs before or after the script's own as under python (any never due: at the end).
+    A wrapper of ``builtins.__import__`` does it, until every such module is imported; its frame is this
+    file's, dropped from the tracebacks the run reports (:func:`_own_frames_dropped`)."""
     early, pending = dict.fromkeys(m for m in sys.modules if m not in _AT_START), _pending
     original = builtins.__import__
 
@@ -430,12 +424,6 @@ def _run_pending(pending: list) -> None:
             traceback.print_exc()
 
 
-def _is_zip(path: str) -> bool:
-    import zipfile
-
-    return zipfile.is_zipfile(path)
-
-
 def _run_as_main(path: str) -> None:
     """Run the file at ``path`` as ``python path`` does: its module is ``__main__`` and, as multiprocessing
     makes it on import, ``__mp_main__`` too. The second name matters under spawn and forkserver: a worker
@@ -445,8 +433,9 @@ def _run_as_main(path: str) -> None:
     stays in ``sys.modules`` after the script, as python's does: its globals are alive while the exit handlers
     run, and are freed only by the interpreter's own teardown."""
     import runpy
+    import zipfile
 
-    if os.path.isdir(path) or (not path.endswith(".py") and _is_zip(path)):  # a __main__.py inside: runpy's job
+    if os.path.isdir(path) or (not path.endswith(".py") and zipfile.is_zipfile(path)):  # a __main__.py: runpy's
         runpy.run_path(path, run_name="__main__")
         return
     import builtins
