@@ -141,6 +141,10 @@ def test_a_cause_the_lab_is_not_sure_of_reads_as_a_guess(shell):
     d = shell.user_ns["kill9"].diagnosis
     assert d.confidence != "high", d
     assert f"<code>{d.cause}</code>? ({d.confidence} confidence)" in shown._repr_html_()
-    sure = magic.isolate_cell("-o sure", "import ctypes\nctypes.string_at(0)\n", shell.user_ns)
-    assert shell.user_ns["sure"].diagnosis.confidence == "high"
+    worker_segfault = ("import ctypes\nimport torch\nfrom torch.utils.data import DataLoader, Dataset\n\n\n"
+                       "class Crash(Dataset):\n    def __len__(self):\n        return 4\n\n"
+                       "    def __getitem__(self, i):\n        ctypes.string_at(0)\n\n\n"
+                       "if __name__ == '__main__':\n    list(DataLoader(Crash(), num_workers=1))\n")
+    sure = magic.isolate_cell("-o sure", worker_segfault, shell.user_ns)
+    assert shell.user_ns["sure"].diagnosis.confidence == "high", shell.user_ns["sure"].diagnosis
     assert "<code>native_crash</code></b>" in sure._repr_html_()
