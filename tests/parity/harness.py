@@ -256,7 +256,7 @@ def python_env(method: Optional[str], *, unbuffered: bool = True) -> dict:
     if method:
         env["LABUTILS_START_METHOD"] = method
         env["PARITY_STARTMETHOD_PY"] = str(STARTMETHOD_PY)
-        env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONPATH"] = os.pathsep.join([*filter(None, [env.get("PYTHONPATH")]), str(SITE)])
     return env
 
 

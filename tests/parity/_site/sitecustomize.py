@@ -1,6 +1,6 @@
 """The lab's start-method switch for the plain-python side of the parity check.
 
-``tests/parity/harness.py`` puts this folder first on ``PYTHONPATH`` when a case runs under a start method
+``tests/parity/harness.py`` puts this folder on ``PYTHONPATH`` (last) when a case runs under a start method
 other than the machine's default. ``LABUTILS_START_METHOD`` is then applied exactly as an isolated run's
 bootstrap applies it (``startmethod.apply_requested(emulate_preload=True)``, loaded by path), so plain
 python and the lab run the script under the same default. The next ``sitecustomize`` on ``sys.path`` (the
@@ -23,13 +23,18 @@ def _load(name, path):
 
 
 def _chain():
-    rest = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    """The next ``sitecustomize`` after this folder on ``sys.path`` (the suite's ledger puts its folder before
+    this one; its own chain then comes here, and this one must not go back to it)."""
+    places = [os.path.abspath(p or ".") for p in sys.path]
+    rest = sys.path[places.index(_here) + 1:] if _here in places else []
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
 
 
-if os.environ.get("LABUTILS_START_METHOD") and os.environ.get("PARITY_STARTMETHOD_PY"):
-    _load("_parity_startmethod", os.environ["PARITY_STARTMETHOD_PY"]).apply_requested(emulate_preload=True)
-_chain()
+if not getattr(sys, "_parity_site_done", False):
+    sys._parity_site_done = True
+    if os.environ.get("LABUTILS_START_METHOD") and os.environ.get("PARITY_STARTMETHOD_PY"):
+        _load("_parity_startmethod", os.environ["PARITY_STARTMETHOD_PY"]).apply_requested(emulate_preload=True)
+    _chain()
