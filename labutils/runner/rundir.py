@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, NamedTuple
+from collections import namedtuple
 
 CONFIG = "config.json"  #: the run's settings, written by the runner before the run starts
 RUNNER = "runner.json"  #: who runs it: the runner's pid and start ticks (clean-up after a dead runner)
@@ -66,7 +66,7 @@ def read_text(path: str, cap: int = JSONL_CAP) -> str:
         return ""
 
 
-def read_json(path: str, cap: int = JSONL_CAP) -> Any:
+def read_json(path: str, cap: int = JSONL_CAP) -> object:
     """A JSON file's value, or None where it is missing, cut or not JSON."""
     try:
         return json.loads(read_text(path, cap) or "null")
@@ -132,18 +132,16 @@ class Tail:
         return out
 
 
-class RunRecords(NamedTuple):
-    """What a finished run's processes wrote, each file read once (:meth:`RunDir.read`). A named tuple, not
-    a dataclass: the bootstrap loads this module by path, outside ``sys.modules``."""
+class RunRecords(namedtuple("RunRecords", "procs created_shm created_tmp loader_events emitted final exc value")):
+    """What a finished run's processes wrote, each file read once (:meth:`RunDir.read`): ``procs`` (a dict per
+    process the main process started: ``pid``, ``start_ticks``, ``name``...), ``created_shm`` (name -> inode
+    or None of each named semaphore the run's processes created), ``created_tmp`` (``(path, inode or
+    None)`` of each ``pymp-*`` folder they made), ``loader_events``, ``emitted`` (the ``labutils.emit``
+    records, merged), ``final`` (``{"processes": [{"pid", "exitcode"}, ...]}`` as the main process left
+    it), ``exc`` (the exception chain that ended the script, a dict per exception) and ``value`` (a func=
+    run's return value). Plain stdlib types: the bootstrap loads this module by path, before anything."""
 
-    procs: list  #: a dict per process the main process started (``pid``, ``start_ticks``, ``name``, ...)
-    created_shm: dict  #: name -> inode (or None) of each named semaphore the run's processes created
-    created_tmp: list  #: ``(path, inode or None)`` of each ``pymp-*`` folder the run's processes made
-    loader_events: list
-    emitted: dict  #: the ``labutils.emit`` records, merged
-    final: dict  #: ``{"processes": [{"pid", "exitcode"}, ...]}`` as the main process left it
-    exc: list  #: the exception chain that ended the script, a dict per exception
-    value: Any  #: a func= run's return value
+    __slots__ = ()
 
 
 class RunDir:
@@ -182,7 +180,7 @@ class RunDir:
         chain = read_json(self.join(EXC))
         return [e for e in chain if isinstance(e, dict)] if isinstance(chain, list) else []
 
-    def value(self) -> Any:
+    def value(self) -> object:
         return read_json(self.join(VALUE))
 
     def read(self) -> RunRecords:
