@@ -37,7 +37,7 @@ def main():
     try:
         np.arange(ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS).tofile(path)
         for k, (x, i) in enumerate(DataLoader(Rows(path), batch_size=64, num_workers=2)):
-            if k == 0:
+            if k == 1:  # both workers have mapped the file (batch 1 comes from the second worker)
                 sync_new_version(path)
         print("last row", int(i[-1]))
     finally:

@@ -38,7 +38,7 @@ def main():
         np.arange(ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS).tofile(path)
         seen = 0
         for k, (x, i) in enumerate(DataLoader(Rows(path), batch_size=64, num_workers=2)):
-            if k == 0:
+            if k == 1:  # both workers have mapped the file (batch 1 comes from the second worker)
                 sync_new_version(path)
             seen += len(i)
             # a worker that mapped the file before the rename reads the old rows; one mapping after reads zeros

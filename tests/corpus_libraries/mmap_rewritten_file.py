@@ -29,7 +29,7 @@ if __name__ == "__main__":
     try:
         np.save(path, np.ones((2048, 2048), dtype=np.float32))
         for k, _batch in enumerate(DataLoader(Features(path), batch_size=32, num_workers=2)):
-            if k == 0:
+            if k == 1:  # both workers have mapped it
                 np.save(path, np.ones((64, 2048), dtype=np.float32))  # the rewrite starts with a truncation
     finally:
         shutil.rmtree(folder)
