@@ -27,7 +27,7 @@ from .runner import startmethod
 
 #: name -> the module (below this package) that defines it
 _FACE = {
-    "run_isolated": "runner.isolate", "find_strays": "runner.isolate", "leftover_shm": "runner.isolate",
+    "run_isolated": "runner.isolate", "find_strays": "runner.ownership", "leftover_shm": "runner.ownership",
     "private_shm_support": "runner.isolate", "IsolationError": "runner.isolate",
     "emit": "runner.channel", "RunResult": "runner.result", "StopRun": "runner.spec",
     "explain": "diagnosis.diagnose", "Diagnosis": "diagnosis.diagnose",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..runner import ownership, procs, warm
+from ..runner import ownership, procfs, warm
 from .shmfiles import held_shm
 from .shmwatch import PollingMeter
 
@@ -56,10 +56,10 @@ class RunShmMeter(PollingMeter):
         known = self._known.get(pid)
         if known is not None and known[1]:
             return known[0]
-        ticks = procs.start_ticks(int(pid))
+        ticks = procfs.start_ticks(int(pid))
         ours = any(mark == self.mark for mark in ownership.runner_marks(int(pid)).values()) \
             and int(pid) != warm.template_pid()
-        settled = ours or (ticks is not None and time.time() - procs.start_wall(ticks) > SETTLED_S)
+        settled = ours or (ticks is not None and time.time() - procfs.start_wall(ticks) > SETTLED_S)
         self._known[pid] = (ours, settled)
         if ours:
             self.runs_seen.add((int(pid), ticks))

@@ -35,7 +35,6 @@ from . import rundir as _rd
 from . import warm as _warm
 from .group import RunGroup
 from .monitor import Monitor, _dump_stacks
-from .ownership import find_strays, leftover_shm  # noqa: F401 - labutils/__init__ names them here
 from .result import RunResult
 from .sizes import format_size
 from .spec import IsolationError, RunSpec, _cell_bytes, takes_run_options

@@ -30,7 +30,7 @@ import time
 from typing import Optional
 
 from . import capabilities as _caps
-from .procfs import start_ticks, start_wall, stat_fields  # noqa: F401 - start_wall: kit/rankmeter.py reads it here
+from .procfs import start_ticks, stat_fields
 
 HELPER_NAMES = ("torch_shm_manager",)
 HELPER_CMDLINE = ("multiprocessing.resource_tracker",)
