@@ -352,11 +352,15 @@ def test_shm_exhausted_from_worker_exception():
     assert d.cause == "shm_exhausted"
 
 
-def test_sigbus_is_shm():
-    d = explain(result(exceptions=died(100), workers=workers(-7),
-                       stderr="ERROR: Unexpected bus error encountered in worker. This might be caused by "
-                              "insufficient shared memory (shm).\n"))
-    assert d.cause == "shm_exhausted"
+def test_sigbus_is_shm_only_where_the_runs_dev_shm_evidence_agrees():
+    line = ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
+            "memory (shm).\n")
+    d = explain(result(exceptions=died(100), workers=workers(-7), stderr=line, options={"shm_size": 8 << 20}))
+    assert d.cause == "shm_exhausted"  # a private /dev/shm of 8 MiB: the run's own evidence agrees
+    # the same words with /dev/shm not short (this machine's, nothing in the record): the reader's own bus error
+    other = explain(result(exceptions=died(100), workers=workers(-7), stderr=line))
+    assert other.cause == "native_crash" and other.confidence == "medium", other
+    assert any("not short" in e for e in other.evidence), other.evidence
 
 
 def test_sigkill_with_no_space_left_on_shm_is_shm():
@@ -785,10 +789,12 @@ def test_full_shm_as_a_worker_exception_by_torch_version(inner):
 def test_full_shm_as_sigbus_in_older_torch_releases():
     # torch 2.7-2.9 (recorded sample): the worker touches an unbacked page, prints the bus-error line, dies of
     # SIGBUS; PyTorch's SIGCHLD handler names the signal.
-    with_cause = explain(result(exceptions=died(100, BUS_CAUSE), workers=workers(-7, 0), stderr=BUS_LINE))
+    small = {"shm_size": 8 << 20}  # the run's /dev/shm evidence: a private tmpfs of 8 MiB
+    with_cause = explain(result(exceptions=died(100, BUS_CAUSE), workers=workers(-7, 0), stderr=BUS_LINE,
+                                options=small))
     assert with_cause.cause == "shm_exhausted", with_cause
     # forkserver: no SIGCHLD message, only the exit status and the worker's line
-    bare = explain(result(exceptions=died(100), workers=workers(-7, 0), stderr=BUS_LINE))
+    bare = explain(result(exceptions=died(100), workers=workers(-7, 0), stderr=BUS_LINE, options=small))
     assert bare.cause == "shm_exhausted", bare
 
 

@@ -137,7 +137,7 @@ def test_echoes_are_labelled_and_the_primary_failure_first():
                         traceback=frames(USER, NEXT))
     chain = died(100, "DataLoader worker (pid 100) is killed by signal: Bus error. It is possible that "
                  "dataloader's workers are out of shared memory.") + [pin]
-    d = explain(run(exceptions=chain, workers=workers(-7, 0)))
+    d = explain(run(exceptions=chain, workers=workers(-7, 0), options={"shm_size": 8 << 20}))
     assert d.cause == "shm_exhausted"
     assert sum(e.startswith("echo of the failure above") for e in d.evidence) == 2, d.evidence
     assert not d.evidence[0].startswith("echo")

@@ -49,7 +49,8 @@ def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
             mine.remove(best)
             mine.insert(0, best)
             conf = best.conf
-            same_exit = cause == "worker_exit" and all(f.detail == "code 1" for f in mine)
+            # a low finding (a SIGTERM the loader's own shutdown may have sent) is no second piece of evidence
+            same_exit = cause == "worker_exit" and all(f.detail == "code 1" for f in mine if f.conf != "low")
             if conf == "medium" and len(mine) > 1 and cause != "oom_killed" and not same_exit:
                 conf = "high"  # two independent pieces of evidence for the same cause (not one exit code twice)
             if cause == "oom_killed":
@@ -104,7 +105,44 @@ def _episode(facts: _Facts, chain: Optional[list]) -> list:
             f.conf = "high"
         elif f.cause == "fork_refused" and (died or capped):
             f.conf = "high"  # the process that printed it died, or the run had a task cap: no mere chatter
-    return findings + printed
+    return _bus_errors(facts, findings + printed)
+
+
+def _shm_short(facts: _Facts) -> Optional[str]:
+    """What in the record says /dev/shm was short, or None: a private /dev/shm limit, the kernel's or torch's
+    words for a full one, or (a run on this machine) little free in /dev/shm now."""
+    if (facts.options or {}).get("shm_size"):
+        return "the run had a private /dev/shm of its own size"
+    texts = "\n".join([facts.stderr, *[e.message for c in [facts.ended, *facts.loader_errors] for e in c]])
+    m = vocab.SHM_FULL.search(texts)
+    if m:
+        return f"the record says so: {m.group(0)!r}"
+    if facts.source == "run":
+        usage = probes.shm_usage()
+        if usage and usage[1] < 64 * 2**20:
+            return f"/dev/shm has {usage[1] / 2**20:.0f} MiB free"
+    return None
+
+
+def _bus_errors(facts: _Facts, findings: list) -> list:
+    """A bus error is shm_exhausted only when the run's /dev/shm evidence agrees; in a run whose /dev/shm was
+    not short, it is a native crash of the reader (a memory-mapped file cut short under it, a library's bad
+    access). From a log's text alone it stays shm_exhausted, not high (the text cannot show /dev/shm)."""
+    bus = [f for f in findings if f.cause == "shm_exhausted" and ("Bus error" in f.text or "SIGBUS" in f.text)]
+    if not bus:
+        return findings
+    why = _shm_short(facts)
+    for f in bus:
+        if why:
+            f.text += f" - and /dev/shm was short: {why}"
+        elif facts.source == "run":
+            f.cause, f.conf = "native_crash", "medium"
+            f.text += (" - but /dev/shm was not short (no private limit, no 'No space left on device' in the "
+                       "record, space free now): a bus error of the reader itself, as from a memory-mapped file "
+                       "cut short under it")
+        else:
+            f.conf = "medium" if f.conf == "high" else f.conf
+    return findings
 
 
 def _same_chain(a: list, b: list) -> bool:
@@ -253,6 +291,9 @@ def _decide_without_exception(facts: _Facts) -> tuple:
         findings = _episode(facts, last_loader) + main
         cause, mine, conf = _pick(findings, facts)
         return cause, mine, conf, [f for f in findings if f not in mine], False
+    cut = _cut_short(facts)
+    if cut is not None:
+        return "ok", [cut], "medium", _episode(facts, last_loader), False
     if facts.outcome == "timed_out" or facts.stall:
         findings = _episode(facts, last_loader) + _stall_findings(facts)
         cause, mine, conf = _pick(findings, facts)
@@ -273,6 +314,27 @@ def _decide_without_exception(facts: _Facts) -> tuple:
                                            "Python traceback, and nothing came from the DataLoader", "medium")
                                   ], "medium", findings, False
     return _decide_ended_well(facts)
+
+
+#: a run whose last batch came this close to its end (s, or this share of its time limit) was still going
+_STILL_GOING_S, _STILL_GOING_SHARE = 5.0, 0.1
+
+
+def _cut_short(facts: _Facts) -> Optional[_Finding]:
+    """A run stopped by its total time limit while its DataLoader was still delivering batches: cut short,
+    not a hang (a stall limit's stop, or a limit reached after batches stopped coming, is one)."""
+    if facts.outcome != "timed_out" or facts.stall or not facts.batches or facts.last_batch_t is None:
+        return None
+    if facts.loader_errors or any(w.exitcode not in (None, 0, -9, -15) for w in facts.workers):
+        return None
+    limit = (facts.options or {}).get("timeout")
+    age = max(0.0, (facts.end_t or facts.last_batch_t) - facts.last_batch_t)
+    if age > max(_STILL_GOING_S, _STILL_GOING_SHARE * (limit or 0)):
+        return None
+    at = f"the run's time limit ({limit:g} s)" if isinstance(limit, (int, float)) else "the run's time limit"
+    return _Finding("ok", f"cut short by {at} while the DataLoader was still delivering batches: "
+                    f"{_batches(facts.batches)}, the last one {age:.1f} s before the stop; no failure seen "
+                    "(not a hang: batches kept coming)", "medium", variant="cut_short")
 
 
 def _decide_ended_well(facts: _Facts) -> tuple:
@@ -310,6 +372,8 @@ def _fatal_stack(stderr: str) -> list:
 
 
 # =========================================================================== summaries
+_OTHER_SENDERS = "a `kill -9`, a scheduler's preemption (Slurm, Kubernetes), `timeout -s KILL`, systemd"
+
 def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
     entry = CATALOGUE.get(cause)
     variant = next((f.variant for f in mine if f.variant), None)
@@ -330,6 +394,11 @@ def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
             text = "a process was SIGKILLed for using too much memory: the kernel's OOM killer did it"
         elif strong:
             text = "a process was SIGKILLed for using too much memory (its memory climbed to the limit)"
+        else:  # what the record proves is a kill; the sender is the open question, memory its first suspect
+            who = "a worker" if any("worker" in f.text for f in mine) else "a process"
+            text = (f"{who} was killed by SIGKILL, sender unknown: nothing recorded says it was for memory. "
+                    "Check memory first (the kernel's OOM killer sends SIGKILL: dmesg, the cgroup's memory.events), "
+                    "then the other senders: " + _OTHER_SENDERS)
     elif cause == "worker_exit":
         startup = next((f.detail for f in mine if f.variant == "startup" and f.detail), None)
         if startup:

@@ -17,8 +17,8 @@ OPEN: dict = {
                    "preemption, timeout -s KILL",
                    "dmesg -T | grep -iE 'killed process|out of memory'  (or the cgroup's memory.events: "
                    "grep oom_kill /sys/fs/cgroup/memory.events)"),
-    "shm_exhausted": ("whether /dev/shm was really full (a bus error also comes from a memory-mapped file "
-                      "cut short under its reader)", "df -h /dev/shm"),
+    "shm_exhausted": ("whether /dev/shm was really full: a bus error also comes from a memory-mapped file "
+                      "cut short under its reader, and then the cause is native_crash", "df -h /dev/shm"),
     "fd_limit": ("whether the open-files limit was low or the code leaked descriptors", "ulimit -n"),
     "fork_refused": ("which limit refused the process (tasks, memory)",
                      "ulimit -u; cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids.current"),

@@ -36,7 +36,7 @@ from typing import Optional
 from . import messages as vocab
 from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix
 from .deciding import SCRIPT, open_question
-from .fromlog import facts_from_text, memory_words
+from .fromlog import cut_before_its_error, facts_from_text, memory_words, reruns_main
 from .logread import LogText, read_text
 
 __all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "environment_probes",
@@ -60,7 +60,7 @@ from .evidence import (
     worker_death_kind,
 )
 from .model import Diagnosis, _fixes, environment_probes
-from .rules import _classify, _stack_lines, _unexplained, after_the_failure, kernel_killed
+from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import build_tree
 
@@ -128,7 +128,9 @@ def explain(obj) -> Diagnosis:
     if cause == "unpicklable_dataset" and facts.live_dataset is not None:
         evidence.extend(_blockers(facts.live_dataset))
 
-    if cause == "ok":
+    if cause == "ok" and mine and mine[0].variant == "cut_short":
+        summary = mine[0].text
+    elif cause == "ok":
         summary = CATALOGUE["ok"].summary
         if facts.source == "run" and not facts.iters:
             summary = "the script finished; it created no DataLoader iterator"
@@ -161,6 +163,13 @@ def explain_log(log: LogText) -> Diagnosis:
     failure printed in it, with the platform's words as evidence; ``source`` is ``"log"``."""
     facts, others, words = facts_from_text(log.text)
     memory = memory_words(words)
+    stuck = _stuck_where(log.text) if not facts.ended and facts.main_signal is None else ""
+    if stuck:  # a stack dump (faulthandler, py-spy) taken while the job made no progress
+        mine = [_Finding("hang", stuck.replace("faulthandler dump", "a stack dump in the text"), "medium")]
+        d = Diagnosis("hang", "a stack dump in the text shows the main process waiting for a batch that did not "
+                      "come: a hang (the text cannot show for how long nothing came)", [mine[0].text], _fixes("hang"),
+                      "medium", "log")
+        return _log_caps(_with_open_question(d, mine), mine, [], log, [])
     if not facts.ended and facts.main_signal is None:
         d = Diagnosis(UNKNOWN, "no DataLoader failure in this text: no Python traceback, no PyTorch message "
                       "about a worker and no kill by the platform", [*_read_lines(log)], [], "medium", "log")
@@ -174,6 +183,12 @@ def explain_log(log: LogText) -> Diagnosis:
     cause, mine, conf, more, recovered = _decide(facts)
     if cause is None:
         cause, conf = UNKNOWN, "low"
+    if reruns_main(facts.ended) and cause != "missing_main_guard":
+        mine = [_Finding("missing_main_guard", "the traceback shows a spawned child running the script's top level "
+                         "again (multiprocessing's _fixup_main_from_path, then <module>): code there that starts "
+                         "DataLoader workers needs an if __name__ == '__main__': guard", "medium")] + mine
+        cause, conf = "missing_main_guard", "medium"
+    cause, mine, conf = _worker_words(log.text, cause, mine, conf)
     if cause == "oom_killed" and conf == "low" and memory:
         mine.insert(0, _Finding("oom_killed", "the platform says the kill was for memory: " + "; ".join(memory),
                                 "high"))
@@ -191,7 +206,29 @@ def explain_log(log: LogText) -> Diagnosis:
     if cause == "oom_killed" and conf != "high":
         variant = "no_memory_evidence"
     d = Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, "log", recovered, unexplained=loose[:8])
-    return _log_caps(_with_open_question(d, mine), mine, memory, log, loose)
+    d = _log_caps(_with_open_question(d, mine), mine, memory, log, loose)
+    if cut_before_its_error(facts.ended) and cause != "missing_main_guard":
+        d.confidence = "low"
+        d.cannot_prove = "the error itself: the traceback in the text stops before its exception line"
+        d.decide_with = SCRIPT + "  (or paste the whole traceback, to its last line)"
+    return d
+
+
+def _worker_words(text: str, cause: str, mine: list, conf: str) -> tuple:
+    """What a worker or a library printed before the worker died, where the main process saw only an echo or a
+    SIGTERM: the worker's own C-level line, a library's own stop."""
+    stop = vocab.library_stop(text)
+    if stop and cause == "worker_exit" and any(f.variant == "sigterm" for f in mine):
+        found = _Finding("native_crash", f"'{stop[0]}' in the text: {stop[1]} stopped the worker itself (its "
+                         "SIGTERM came from inside, after an unsafe fork), not a signal from outside", "medium")
+        return "native_crash", [found, *mine], "medium"
+    line = vocab.WORKER_LINE.search(text)
+    if line and (cause in ("worker_exit", UNKNOWN) and conf == "low" or cause == "outside_loader"):
+        kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
+        found = _Finding(kind, f"a DataLoader worker printed {line.group(0)!r} before it died (the main process "
+                         "saw only an echo of the death)", "medium")
+        return kind, [found, *mine], "medium"
+    return cause, mine, conf
 
 
 def _log_caps(d: Diagnosis, mine: list, memory: list, log: LogText, loose: list) -> Diagnosis:

@@ -154,6 +154,8 @@ class _Facts:
     kernel_record: Any = None  # callable(pids, since=) -> dict|None, read only when a SIGKILL needs it
     since: Optional[float] = None  # a run's start (time.time()): older kernel log lines are not about it
     raised: list = field(default_factory=list)  # time.time() of each loader error the bootstrap recorded
+    last_batch_t: Optional[float] = None  # time.time() of the last batch the DataLoader delivered
+    end_t: Optional[float] = None  # the last time.time() the run's record holds (its end, near enough)
 
 
 # --------------------------------------------------------------------------- what the rules add to messages
@@ -295,8 +297,8 @@ def _facts_from_result(result) -> _Facts:
                    main_signal=result.signal, stderr=plain_text(result.stderr),
                    watchdog_kills=list(result.watchdog_kills or []), options=dict(result.options or {}),
                    reason=result.reason)
-    facts.ended = [_Exc(e.type, plain_text(e.message), plain_text(e.traceback), e.link, "ended")
-                   for e in result.exceptions]
+    facts.ended = with_quoted([_Exc(e.type, plain_text(e.message), plain_text(e.traceback), e.link, "ended")
+                               for e in result.exceptions])
     events = list(result.loader_events or [])
     for ev in events:
         kind = ev.get("event")
@@ -336,6 +338,11 @@ def _facts_from_result(result) -> _Facts:
               if isinstance(e.get("t"), (int, float))]
     if stamps:  # the first record of the run, less its start-up: no process of it is older
         facts.since = min(stamps) - (getattr(result, "wall_time", 0.0) or 0.0) - 1.0
+    batch_times = [ev["t"] for ev in progress if isinstance(ev.get("t"), (int, float))]
+    facts.last_batch_t = max(batch_times) if batch_times else None
+    ends = stamps + [x["t"] for x in getattr(result, "samples", None) or []
+                     if isinstance(x, dict) and isinstance(x.get("t"), (int, float))]
+    facts.end_t = max(ends) if ends else None
     return facts
 
 

@@ -18,8 +18,9 @@ HEADER = "Traceback (most recent call last):"
 _LINKS = {"The above exception was the direct cause of the following exception:": "cause",
           "During handling of the above exception, another exception occurred:": "context"}
 #: a line that is an exception's ``Type: message`` (or a bare type), with a dotted module path allowed
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Empty)|"
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Empty)|"
                        r"[A-Za-z_][\w.]*\.[A-Z]\w*|RuntimeError|KeyError|StopIteration)(?::\s?(.*))?$")
+_TYPED = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in \S+')
 _PYTEST_FRAME = re.compile(r"^(\S+\.py):(\d+): in (\S+)$")
 
@@ -122,8 +123,13 @@ def _headless(lines: list, used: set) -> list:
     for i, line in enumerate(lines):
         if i in used or line.startswith((" ", "\t")):
             continue
+        if not _loaderish(line):
+            continue
+        typed = _TYPED.search(line)  # "Error : RuntimeError: ...": the exception line after a logger's words
+        if typed and typed.start():
+            line = line[typed.start():]
         m = _EXC_LINE.match(line.strip())
-        if not m or not _loaderish(line):
+        if not m:
             continue
         k, frames = i - 1, []
         while k >= 0 and k not in used and (lines[k].startswith((" ", "\t")) or _PYTEST_FRAME.match(lines[k])):
@@ -160,6 +166,9 @@ def _score(chain: list) -> int:
     """2: a DataLoader failure of its own (a worker's error, a death with its reason, a resource message);
     1: an echo of a death or frames of the DataLoader; 0: nothing of the loader."""
     best = 0
+    own = "\n".join(e.traceback.split(vocab.ORIGINAL)[0] for e in chain)  # not a quoted worker traceback
+    if re.search(r", in (_main|spawn_main|_worker_loop|_bootstrap)$", own, re.M):
+        return 0  # a child printed it (a spawn child starting, a worker): evidence beside the failure, not it
     for e in chain:
         inner = quoted(e) or e
         kind = worker_death_kind(inner)
@@ -206,6 +215,19 @@ def memory_words(words: dict) -> list:
     if words["k8s_oom"]:
         out.append("Kubernetes: the container's last state is OOMKilled")
     return out
+
+
+def cut_before_its_error(chain: list) -> bool:
+    """The traceback stops before its exception line (pasted cut at the bottom): its error is not in the text."""
+    return bool(chain) and chain[0].type == "?" and not (chain[0].message or "").strip()
+
+
+def reruns_main(chain: list) -> bool:
+    """A spawned child's traceback that runs the script's top level again (multiprocessing's
+    ``_fixup_main_from_path``, then the script's ``<module>``): what a script without a main guard does."""
+    text = "\n".join(e.traceback for e in chain)
+    i = text.find("in _fixup_main_from_path")
+    return i >= 0 and ", in <module>" in text[i:]
 
 
 def facts_from_text(text: str) -> tuple:

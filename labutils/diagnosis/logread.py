@@ -74,8 +74,14 @@ def clean_line(line: str) -> str:
     return line.rstrip("\x00").rstrip()
 
 
+_MID_HEADER = re.compile(r"(?<=\S)(?=Traceback \(most recent call last\):)")
+
+
 def clean_text(text: str) -> str:
-    return "\n".join(clean_line(x) for x in text.replace("\r\n", "\n").split("\n"))
+    """Every line cleaned; a traceback header printed at the end of another line (a progress bar's) starts a
+    line of its own."""
+    lines = (clean_line(x) for x in text.replace("\r\n", "\n").split("\n"))
+    return "\n".join(_MID_HEADER.sub("\n", line) if "Traceback (most" in line else line for line in lines)
 
 
 def _is_binary(head: bytes) -> bool:

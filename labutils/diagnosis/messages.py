@@ -64,6 +64,25 @@ PICKLE = re.compile(r"cannot pickle|can't pickle|Can't get local object|pickle e
 PICKLE_WARNING = re.compile(r"Got pickle error when attempting to start a worker Process")
 TORCH_WARNING = re.compile(r"^(\S*/torch/utils/data/\S+\.py):\d+: (\w+Warning): (.*)$", re.M)
 
+#: /dev/shm really short: the kernel's or torch's words for it (PyTorch's bus-error hint "out of shared
+#: memory" is a guess, not evidence)
+SHM_FULL = re.compile(r"No space left on device|unable to allocate shared memory|unable to write to file </torch_|"
+                      r"unable to mmap[^\n]*shared memory")
+#: a library that ends the worker itself, with the signal it raises inside it: (pattern, library)
+LIBRARY_STOPS = ((re.compile(r"Terminating: fork\(\) called from a process already using GNU OpenMP, this is "
+                             r"unsafe\."), "GNU OpenMP (libgomp, as numba, BLAS or scikit-learn load it)"),
+                 (re.compile(r"OMP: Error #\d+: [^\n]+"), "Intel OpenMP (libiomp)"))
+
+
+def library_stop(text: str) -> Optional[tuple]:
+    """``(the line, the library)`` of a library's own stop of a process in ``text``, else None."""
+    for regex, library in LIBRARY_STOPS:
+        m = regex.search(text or "")
+        if m:
+            return m.group(0), library
+    return None
+
+
 # --------------------------------------------------------------------------- echoes of a death
 #: the exceptions a fetch from a dead worker raises (its end of the fd-passing socket, or its batch's
 #: file, is gone): echoes of the death, never its reason

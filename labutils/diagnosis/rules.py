@@ -329,6 +329,11 @@ def _worker_findings(facts: _Facts) -> list:
                     found.append(_Finding("oom_killed", f"{text}; no memory evidence recorded (no watchdog kill, "
                                           "no kernel OOM record): any of " + _OTHER_SIGKILL + " may have sent "
                                           "it", "low", variant="no_memory_evidence", pid=w.pid))
+            elif sig == 15 and (stop := vocab.library_stop(facts.stderr)):
+                found.append(_Finding("native_crash", f"{text}, raised inside the worker by {stop[1]}: "
+                                      f"'{stop[0]}' on stderr - the library's own stop of a process forked after "
+                                      "its threads started, not a signal from outside", "high", detail="15",
+                                      pid=w.pid))
             elif sig == 15:
                 found.append(_Finding("worker_exit", f"{text} (SIGTERM: sent from outside the worker, or by the "
                                       "DataLoader's own shutdown of a worker that did not stop)", "low",
@@ -392,9 +397,11 @@ def _stall_findings(facts: _Facts) -> list:
 def _stuck_where(stderr: str) -> str:
     """What the faulthandler dump taken before the runner's kill says the main process was doing."""
     dump = stderr[stderr.rfind("most recent call first"):] if "most recent call first" in stderr else ""
+    if not dump and re.search(r"^Thread \d+ \(\w+\): ", stderr, re.M):  # py-spy dump's format
+        dump = stderr[stderr.find("Thread "):]
     if not dump:
         return ""
-    if re.search(r"in (_try_get_data|_get_data|_next_data)\b", dump):
+    if re.search(r"in (_try_get_data|_get_data|_next_data)\b|^\s+(_try_get_data|_get_data) \(", dump, re.M):
         return ("faulthandler dump: the main process was waiting for a batch from the workers "
                 "(DataLoader _try_get_data), and none came")
     if re.search(r"in _launch", dump):

@@ -1,0 +1,60 @@
+"""``diagnose --log`` on the lab's own logs: the stdout and stderr of every broken scenario (the session's own
+``diagnose`` runs of them, shared with tests/test_scenarios.py), read back as a pasted log must name the
+cause the run's diagnosis named, or the same cause with lower confidence and the missing evidence named;
+never another cause with ``high``. Under ``--lab-matrix`` each start method's runs are read too."""
+
+from __future__ import annotations
+
+import pytest
+
+from labutils.diagnosis.diagnose import explain
+from labutils.runner.isolate import private_shm_support
+from labutils.scenarios import SCENARIOS
+
+RANK = {"low": 0, "medium": 1, "high": 2}
+BROKEN = [c for c, sc in SCENARIOS.items() if sc.expected != "ok"]
+
+
+def log_of(report: dict) -> str:
+    """What a terminal showed for the run: its stdout, then its stderr (what a job's log holds)."""
+    return (report.get("stdout") or "") + "\n" + (report.get("stderr") or "")
+
+
+def agrees(run: dict, log) -> str:
+    """'' when the log's diagnosis agrees with the run's, else why not."""
+    if log.cause == run["cause"]:
+        if RANK[log.confidence] > RANK[run["confidence"]]:
+            return f"the log says {log.confidence}, more than the run's {run['confidence']}"
+        if RANK[log.confidence] < RANK[run["confidence"]] and not (log.cannot_prove and log.decide_with):
+            return "lower confidence than the run, without saying what is missing and how to decide it"
+        return ""
+    if log.confidence != "high" and run["cause"] in (log.cannot_prove or "") and log.decide_with:
+        return ""  # the text cannot tell the two apart, says so, and names the command that can
+    return f"the log names {log.cause} ({log.confidence}), the run {run['cause']} ({run['confidence']})"
+
+
+@pytest.mark.parametrize("cause", BROKEN)
+def test_the_log_of_each_broken_scenario_names_the_runs_cause(cause, lab_start_method, scenario_runs):
+    sc = SCENARIOS[cause]
+    if sc.broken_options.shm_size and private_shm_support()[0] is None:
+        pytest.skip(f"{sc.id}: a private /dev/shm cannot be mounted here")
+    run = scenario_runs.report(sc, "broken", lab_start_method)
+    text = log_of(run)
+    log = explain(text)
+    assert log.source == "log"
+    why = agrees(run, log)
+    assert not why, f"{sc.broken}: {why}\n{log}\n--- log tail\n{text[-3000:]}"
+
+
+def test_agreement_is_checked_both_ways():
+    """The check itself can fail: another cause, or more confidence than the run had."""
+    run = {"cause": "native_crash", "confidence": "medium"}
+    text = "RuntimeError: DataLoader worker (pid 7) is killed by signal: Segmentation fault."
+    assert agrees(run, explain(text)) == ""
+    assert "names" in agrees({"cause": "fd_limit", "confidence": "high"}, explain(text))
+    bus = explain("RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error.")
+    assert agrees({"cause": "native_crash", "confidence": "medium"}, bus) == ""  # named as the alternative
+    assert "names" in agrees({"cause": "fd_limit", "confidence": "medium"}, bus)
+    loud = explain(text)
+    loud.confidence = "high"
+    assert "more than" in agrees(run, loud)
