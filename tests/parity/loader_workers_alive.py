@@ -4,6 +4,7 @@
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-data = TensorDataset(torch.arange(64, dtype=torch.float32))
-it = iter(DataLoader(data, batch_size=4, num_workers=2))
-print("first batch", next(it)[0].tolist())
+if __name__ == "__main__":  # spawn workers import the script: without the guard they would start loaders too
+    data = TensorDataset(torch.arange(64, dtype=torch.float32))
+    it = iter(DataLoader(data, batch_size=4, num_workers=2))
+    print("first batch", next(it)[0].tolist())
