@@ -192,15 +192,11 @@ SCENARIOS: dict = {s.id: s for s in [
     Scenario("numba_fork", "numba: a parallel kernel on GNU OpenMP ran before the workers were forked",
              "numba_fork_broken.py", "numba_fork_fixed.py", "native_crash", _LIBS, knobs=_FIXED_METHOD,
              note="numba itself ends the worker ('Terminating: fork() called from a process already using "
-                  "GNU OpenMP, this is unsafe.') with SIGTERM: a library's own signal, from inside",
-             gap="the diagnosis calls the library's own SIGTERM worker_exit 'from outside the script' "
-                 "(notes/H4-diagnosis-gaps.md, issue 31 item 3)"),
+                  "GNU OpenMP, this is unsafe.') with SIGTERM: a library's own signal, from inside"),
     Scenario("mmap_truncated", "A memory-mapped data file cut short while workers read it",
              "mmap_truncated_broken.py", "mmap_truncated_fixed.py", "native_crash", _LIBS,
              note="the worker dies of SIGBUS and PyTorch's message blames shared memory, while /dev/shm is "
-                  "untouched: the file shrank under the mapping",
-             gap="the diagnosis calls the SIGBUS shm_exhausted although the run's /dev/shm was untouched "
-                 "(notes/H4-diagnosis-gaps.md, issue 31 item 3)"),
+                  "untouched: the file shrank under the mapping"),
     Scenario("imagefolder_corrupt", "An ImageFolder-style tree with files cut short, decoded with Pillow",
              "imagefolder_corrupt_broken.py", "imagefolder_corrupt_fixed.py", "worker_exception", _LIBS,
              knobs=("start_method", "timeout")),
