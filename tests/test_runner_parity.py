@@ -18,6 +18,25 @@ from parity import harness
 from labutils.runner import warm as _warm
 
 CASES = harness.cases()
+#: differences found and not fixed yet, (case, start method or None for any, launcher or None for any):
+#: why. Each is an xfail (not strict: a loaded machine decides some of them), and each is in the README's list.
+_FORK_SERVER_EXIT = ("the fork server preloads the script (3.14's way) and runs the script's exit handlers "
+                     "when it exits after the main process; the lab's clean-up stops the server first")
+_TRACKER = ("the resource tracker prints its leak warning after the main process has exited; the lab's "
+            "clean-up can stop it first on a loaded machine")
+KNOWN = {("atexit_before_multiprocessing", "forkserver", None): _FORK_SERVER_EXIT,
+         ("loader_atexit_checkpoint", "forkserver", None): _FORK_SERVER_EXIT,
+         ("shared_memory_leak", None, None): _TRACKER, ("semaphore_leak_os_exit", None, None): _TRACKER,
+         ("loader_workers_alive", "spawn", "warm"): (
+             "at exit multiprocessing's handler stops the live workers, and PyTorch's SIGCHLD handler can raise "
+             "inside its join ('Exception ignored in atexit callback'): seen in a warm spawn run, not yet under "
+             "python; not investigated")}
+
+
+def _known(request, case, method, launcher) -> None:
+    for (name, m, lau), why in KNOWN.items():
+        if name == case.name and m in (None, method) and lau in (None, launcher):
+            request.applymarker(pytest.mark.xfail(reason=why, strict=False))
 _PYTHON: dict = {}  # (case, method) -> the python runs seen so far in this process
 
 
@@ -62,6 +81,7 @@ def test_a_run_behaves_as_python(case, launcher, lab_start_method, tmp_path, req
     if launcher == "warm" and not _warm.supported():
         pytest.skip("the warm launcher needs Linux with fork and pidfds")
     method = _method(lab_start_method)
+    _known(request, case, method, launcher)
     refused = _warm_refusal(case) if launcher == "warm" else None
     lab = harness.run_lab(case, tmp_path / "lab", "auto" if refused else launcher, method)
     assert lab.launcher == ("cold" if refused else launcher), refused  # where warm would differ, it is cold
