@@ -15,8 +15,10 @@ import time
 import pytest
 from test_machine_capabilities import no_pidfd  # noqa: F401 - the fixture, defined there
 
+from labutils.kit import leftovers
 from labutils.runner import cgroup as _cgroup
 from labutils.runner import ownership, procfs
+from labutils.runner.isolate import run_isolated
 
 
 def _dead_identity():
@@ -305,3 +307,37 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+FILE_SYSTEM_KEPT = '''
+import torch
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, Dataset
+
+mp.set_sharing_strategy("file_system")
+
+
+class Tiles(Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return torch.full((4, 4), float(i))
+
+
+if __name__ == "__main__":
+    kept = [b for b in DataLoader(Tiles(), batch_size=2, num_workers=2)]  # held until the interpreter ends
+    print(len(kept))
+'''
+
+
+def test_torch_shm_manager_cleans_up_after_the_script_as_under_python(tmp_path, no_leaks):
+    """Under file_system the batches still alive at exit are unlinked by torch_shm_manager after the main
+    process is gone (python leaves none either): the runner waits for it as a helper, so the run leaves no
+    file for the runner to remove. The kernel keeps 15 characters of its name ('torch_shm_manag'): the
+    runner once missed it by the full name and killed it first."""
+    script = tmp_path / "kept.py"
+    script.write_text(FILE_SYSTEM_KEPT)
+    result = run_isolated(file=str(script), launcher="cold", timeout=120)
+    assert result.ok and result.stdout.strip() == "20", result.stderr
+    assert result.shm_removed == [] and leftovers.not_clean({"run": result}) == {}, result.shm_removed[:3]

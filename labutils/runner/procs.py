@@ -263,5 +263,6 @@ def _identify(pid: int) -> tuple:
             cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
     except OSError:
         cmdline = ""
-    helper = name in HELPER_NAMES or any(h in cmdline for h in HELPER_CMDLINE)
+    # the kernel keeps 15 characters of a name in comm ("torch_shm_manag"): compare that much
+    helper = name in {h[:15] for h in HELPER_NAMES} or any(h in cmdline for h in HELPER_CMDLINE)
     return name, helper
