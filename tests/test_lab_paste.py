@@ -32,3 +32,15 @@ def test_click_shows_the_same_cause_as_the_log_command():
 def test_bad_paste_is_one_line():
     assert "Paste a log" in report_html("   \n")
     assert "df -h /dev/shm" in report_html("RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error.")
+
+
+def test_the_lab_has_the_paste_tab_beside_your_code():
+    import labutils.lab.widget as widget
+
+    ui = widget.LabUI()
+    titles = list(ui.tabs.titles)
+    assert titles[titles.index("Your code") + 1] == "Paste your error"
+    area, button, out = ui.tabs.children[titles.index("Paste your error")].children
+    area.value = TEXT
+    button.click()
+    assert "oom_killed" in out.value and "high confidence" in out.value

@@ -6,6 +6,8 @@ depends on which scenario is behind a case, so the page cannot give the answer a
 
 from __future__ import annotations
 
+from .paste import paste_panel
+
 __all__ = ["build_layout", "build_widgets"]
 
 _WIDE = {"description_width": "initial"}
@@ -112,7 +114,8 @@ def build_layout(ui) -> None:
     ])
     challenge_tab = w.VBox([ui.challenge, ui.challenge_text, ui.try_button])
     class_tab = w.VBox([ui.score, w.HBox([ui.export_path, ui.export_button])])
-    ui.tabs = w.Tab(children=[scenario_tab, own_tab, challenge_tab, class_tab])
-    ui.tabs.titles = ("Cases" if ui.mystery else "Scenarios", "Your code", "Challenges", "Class")
+    ui.paste = paste_panel()  # the text of a log you have: the same diagnosis as `diagnose --log`
+    ui.tabs = w.Tab(children=[scenario_tab, own_tab, ui.paste, challenge_tab, class_tab])
+    ui.tabs.titles = ("Cases" if ui.mystery else "Scenarios", "Your code", "Paste your error", "Challenges", "Class")
     ui.widget = w.VBox([ui.tabs, ui.status, ui.live.widget, ui.printed, ui.verdict, ui.output, ui.compare])
     ui.widget.add_class("lab-root")
