@@ -45,7 +45,6 @@ KNOWN = {
     ('inner', 'labutils.machine.preflight', 'labutils.machine.doctor'),
     ('inner', 'labutils.machine.preflight', 'labutils.runner.isolate'),
     ('inner', 'labutils.machine.preflight', 'labutils.scenarios'),
-    ('inner', 'labutils.machine.probes', 'labutils.runner.procs'),
     ('inner', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
     ('inner', 'labutils.runner.warm', 'labutils.runner.capabilities'),
     ('inner', 'labutils.runner.warm', 'labutils.runner.procs'),

@@ -20,6 +20,9 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from ..diagnosis.diagnose import explain_log
+from ..diagnosis.logread import LogError, read_logs
+
 PROG = "python -m labutils diagnose"
 DEFAULT_STALL = 300.0
 DEFAULT_TIMEOUT = None  # no total limit: a long healthy run is not a hang
@@ -362,8 +365,6 @@ def log_report_dict(d, log) -> dict:
 def log_main(argv: Sequence[str]) -> int:
     """``diagnose --log FILE [FILE ...]``: 0 when no DataLoader failure is named, 1 when a cause is, 2 for a
     usage error or a log that cannot be read (one line)."""
-    from ..diagnosis.diagnose import explain_log
-    from ..diagnosis.logread import LogError, read_logs
 
     if any(a in ("-h", "--help") for a in argv):
         log_parser().print_help()
