@@ -26,9 +26,10 @@ __all__ = ["CATALOGUE", "CAUSES", "ECHOES", "LOADER_CAUSES", "NOTEBOOKS", "PRECE
 #: Notebook stems by their two-digit number.
 NOTEBOOKS = {
     "01": "01_read_the_error", "02": "02_spawn_and_pickling", "03": "03_corrupt_data",
-    "04": "04_memory_and_oom", "05": "05_shared_memory", "06": "06_file_descriptors",
+    "04": "04_memory_and_oom", "04b": "04b_copy_on_read", "05": "05_shared_memory", "06": "06_file_descriptors",
     "07": "07_hangs_and_timeouts", "08": "08_main_module_and_guard", "09": "09_interactive_lab",
-    "10": "10_production_loader", "11": "11_cuda_and_accelerators", "12": "12_distributed_torchrun",
+    "10": "10_production_loader", "10b": "10b_recommended_loader", "11": "11_cuda_and_accelerators",
+    "12": "12_distributed_torchrun", "13": "13_libraries_you_load_with",
 }
 
 #: Outside the vocabulary: the run could not start here / it failed and nothing says where.
@@ -319,7 +320,7 @@ _ENTRIES = [
                 ("Find who sent SIGTERM: a scheduler at its time limit (SLURM: sacct -j JOB, --signal to "
                  "get a warning first), torchrun stopping the other ranks after one failed (read the first "
                  "failing rank's log), a Kubernetes eviction (kubectl describe pod), a person's `kill`", "01"),
-                ("Make the job resumable: checkpoint often and handle SIGTERM by saving and exiting", "07"),
+                ("Make the job resumable: checkpoint often and handle SIGTERM by saving and exiting", "10b"),
             )}},
     ),
     Cause(
@@ -345,7 +346,7 @@ _ENTRIES = [
             ("Set DataLoader(timeout=...) so a stuck worker raises instead of hanging forever", "07"),
             ("Dump the stacks of the stuck processes (faulthandler, py-spy dump) to see what they wait on",
              "07"),
-            ("Bound the job with a watchdog / retry (the lab's helper: labutils.kit.fixes.ResilientLoader)", "07"),
+            ("Bound the job with a watchdog / retry (the lab's helper: labutils.kit.fixes.ResilientLoader)", "10b"),
         ),
         messages=("(no message: the loop stops)",),
         short="Set `DataLoader(timeout=...)`; dump the stuck stacks with `py-spy dump`",
