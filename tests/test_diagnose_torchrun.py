@@ -133,6 +133,9 @@ def test_a_healthy_launch_is_ok(train, no_leaks):
     result = run_torchrun(train, nproc_per_node=2, timeout=90)
     assert result.outcome == "ok" and result.diagnosis.cause == "ok", result.stderr[-2000:]
     assert result.stdout.count("samples 128") == 2
+    # the launcher made no loader itself; its ranks' workers ended under the run's watch (notebook 12's cards)
+    assert "it created no DataLoader iterator" not in result.diagnosis.summary, result.diagnosis.summary
+    assert "ran in processes it started" in result.diagnosis.summary, result.diagnosis.summary
 
 
 def labutils(*args, env=None, timeout=120):

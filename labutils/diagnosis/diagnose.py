@@ -133,7 +133,10 @@ def explain(obj) -> Diagnosis:
     elif cause == "ok":
         summary = CATALOGUE["ok"].summary
         if facts.source == "run" and not facts.iters:
-            summary = "the script finished; it created no DataLoader iterator"
+            # a launcher (torchrun) makes no loader itself: its ranks, processes it started, did
+            n = facts.other_loader_workers
+            summary = (f"the script finished; its DataLoaders ran in processes it started ({n} DataLoader "
+                       "workers seen)" if n else "the script finished; it created no DataLoader iterator")
     else:
         summary = _summary(cause, facts, mine, recovered)
     loose = _unexplained(cause, facts, tree) if facts.source == "run" else []

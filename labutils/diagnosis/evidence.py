@@ -135,6 +135,8 @@ class _Facts:
     ended: list = field(default_factory=list)  # the chain that ended the script (or a live chain)
     loader_errors: list = field(default_factory=list)  # chains that escaped next()/iter(), in time order
     workers: list = field(default_factory=list)
+    #: DataLoader workers the monitor saw end in processes the main one started (torchrun's ranks' workers)
+    other_loader_workers: int = 0
     stderr: str = ""
     outcome: Optional[str] = None
     returncode: Optional[int] = None
@@ -329,6 +331,10 @@ def _facts_from_result(result) -> _Facts:
         facts.workers.append(_Worker(w.pid, w.exitcode, w.role, bool(w.killed_by_watchdog),
                                      bool(getattr(w, "killed_by_kernel_oom", False)), w.peak_rss,
                                      ended_at.get(w.pid)))
+    mine = {w.pid for w in result.workers}
+    facts.other_loader_workers = len({ev.get("pid") for ev in getattr(result, "events", None) or []
+                                      if isinstance(ev, dict) and ev.get("name") == "pt_data_worker"
+                                      and ev.get("pid") not in mine})
     facts.memory_limit = getattr(result, "memory_limit", None)
     facts.stall = getattr(result, "stall", None)
     facts.stacks = dict(getattr(result, "stacks", None) or {})
