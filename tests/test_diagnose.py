@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -14,10 +15,7 @@ from labutils.runner.result import ExceptionInfo, ProcessInfo, RunResult
 
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NOTEBOOK_STEMS = {"01_read_the_error", "02_spawn_and_pickling", "03_corrupt_data", "04_memory_and_oom",
-                  "05_shared_memory", "06_file_descriptors", "07_hangs_and_timeouts", "08_main_module_and_guard",
-                  "09_interactive_lab", "10_production_loader", "11_cuda_and_accelerators",
-                  "12_distributed_torchrun"}
+NOTEBOOK_STEMS = {p.stem for p in (Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.ipynb")}
 
 
 # --------------------------------------------------------------------------- helpers

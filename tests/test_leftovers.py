@@ -44,7 +44,12 @@ if os.environ.get("LAB_KILL") == "1":
 if __name__ == "__main__":
     kept = list(DataLoader([torch.full((4,), float(i)) for i in range(20)], batch_size=2, num_workers=2,
                            multiprocessing_context="fork"))
-    if os.environ.get("LAB_KILL") == "1":
+    if os.environ.get("LAB_KILL") == "1":  # as a container stop: torch_shm_manager (its own session) too
+        import psutil
+        for p in psutil.process_iter(["name", "environ"]):
+            if (p.info["name"] or "").startswith("torch_shm_manag") and \
+                    (p.info["environ"] or {}).get("TMPDIR") == os.environ["TMPDIR"]:
+                p.kill()
         os.killpg(os.getpgid(0), signal.SIGKILL)  # nobody left to unlink the file_system names
 """
 

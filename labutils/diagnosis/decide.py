@@ -50,7 +50,9 @@ def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
             mine.insert(0, best)
             conf = best.conf
             # a low finding (a SIGTERM the loader's own shutdown may have sent) is no second piece of evidence
-            same_exit = cause == "worker_exit" and all(f.detail == "code 1" for f in mine if f.conf != "low")
+            # nor is one SIGTERM seen twice (PyTorch's message and the exit status): its sender stays unknown
+            same_exit = cause == "worker_exit" and (all(f.detail == "code 1" for f in mine if f.conf != "low")
+                                                    or all(f.variant == "sigterm" for f in mine))
             if conf == "medium" and len(mine) > 1 and cause != "oom_killed" and not same_exit:
                 conf = "high"  # two independent pieces of evidence for the same cause (not one exit code twice)
             if cause == "oom_killed":
@@ -90,10 +92,21 @@ def _loader_chain_findings(chain: list, single: bool) -> list:
     return out
 
 
+def _library_stops(facts: _Facts, findings: list) -> list:
+    """PyTorch's "killed by signal: Terminated" beside a library's own stop on stderr (GNU OpenMP after fork):
+    the worker was stopped from inside, as its exit status says where the run recorded it (rules)."""
+    stop = vocab.library_stop(facts.stderr)
+    if stop is None:
+        return findings
+    return [_Finding("native_crash", f"{f.text}, raised inside the worker by {stop[1]}: '{stop[0]}' on stderr - "
+                     "the library's own stop of a process forked after its threads started, not a signal from "
+                     "outside", "medium", detail="15", pid=f.pid) if f.variant == "sigterm" else f for f in findings]
+
+
 def _episode(facts: _Facts, chain: Optional[list]) -> list:
     """Every finding of one loader failure: its chain, the workers, child tracebacks, memory, stalls."""
     single = _single_process(facts)
-    findings = _loader_chain_findings(chain or [], single)
+    findings = _library_stops(facts, _loader_chain_findings(chain or [], single))
     findings += _worker_findings(facts)
     findings += facts.live_findings
     printed = _stderr_findings(facts)

@@ -57,8 +57,10 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
         if sig == 9:  # PyTorch saw a SIGKILL; whether it was for memory needs memory evidence
             return [_Finding(cause, text + " (SIGKILL: the OOM killer's signal, and also that of kill -9 and "
                              "preemptions)", "low", variant="no_memory_evidence", pid=int(km.group(1)))]
-        return [_Finding(cause, text, conf, detail=str(sig or ""),
-                         variant="sigterm" if sig == 15 else None, pid=int(km.group(1)))]
+        if sig == 15:  # PyTorch saw a SIGTERM; who sent it (a person, a launcher, a library inside) it cannot say
+            return [_Finding(cause, text, "medium" if conf == "high" else conf, detail="15", variant="sigterm",
+                             pid=int(km.group(1)))]
+        return [_Finding(cause, text, conf, detail=str(sig or ""), pid=int(km.group(1)))]
     if kind == "exitcode":
         em = vocab.EXIT_CODE.match(head)
         return [_Finding("worker_exit", f"{where}: PyTorch reports worker pid {em.group(1)} exited with exit "
