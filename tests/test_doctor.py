@@ -15,7 +15,7 @@ import pytest
 
 from labutils.machine import probes
 from labutils.machine.doctor import CheckResult, DoctorReport, doctor, doctor_main, shm_budget
-from labutils.runner import cgroupfs, startmethod
+from labutils.runner import cgroupfs
 from labutils.runner.sizes import format_size, parse_size
 
 # The module itself: the package attribute `labutils.machine.doctor` is the doctor() function it re-exports.
@@ -183,15 +183,14 @@ def test_notebook_main_warns_for_spawn_but_not_for_fork(monkeypatch):
 
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
 def test_start_method_check_names_the_default(monkeypatch, method):
-    """The default the check names is the one the lab's switch set, not one re-derived by the code's fallback."""
+    """The default the check names is the one set in this process, not one re-derived by the code's fallback."""
     import multiprocessing
 
     if method not in multiprocessing.get_all_start_methods():
         pytest.skip(f"{method} does not exist on {sys.platform}")
-    monkeypatch.setenv("LABUTILS_START_METHOD", method)
     before = multiprocessing.get_start_method(allow_none=True)
     try:
-        startmethod.apply_requested()
+        multiprocessing.set_start_method(method, force=True)
         check = doctor()["start_method"]
     finally:
         multiprocessing.set_start_method(before, force=True)

@@ -131,12 +131,7 @@ def explain(obj) -> Diagnosis:
     if cause == "ok" and mine and mine[0].variant == "cut_short":
         summary = mine[0].text
     elif cause == "ok":
-        summary = CATALOGUE["ok"].summary
-        if facts.source == "run" and not facts.iters:
-            # a launcher (torchrun) makes no loader itself: its ranks, processes it started, did
-            n = facts.other_loader_workers
-            summary = (f"the script finished; its DataLoaders ran in processes it started ({n} DataLoader "
-                       "workers seen)" if n else "the script finished; it created no DataLoader iterator")
+        summary = _ok_summary(facts)
     else:
         summary = _summary(cause, facts, mine, recovered)
     loose = _unexplained(cause, facts, tree) if facts.source == "run" else []
@@ -255,6 +250,14 @@ def _read_lines(log: LogText) -> list:
         lines.append(f"{log.bytes_skipped} bytes between the excerpts kept held no failure words (not read "
                      "as evidence)")
     return lines + list(log.notes)
+
+
+def _ok_summary(facts) -> str:
+    if facts.source != "run" or facts.iters:
+        return CATALOGUE["ok"].summary
+    n = facts.other_loader_workers  # a launcher (torchrun) makes no loader itself: its ranks did
+    return (f"the script finished; its DataLoaders ran in processes it started ({n} DataLoader workers seen)"
+            if n else "the script finished; it created no DataLoader iterator")
 
 
 def _failing_process(tree: list, mine: list) -> Optional[dict]:
