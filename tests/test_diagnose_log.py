@@ -85,6 +85,29 @@ def test_the_primary_failure_outranks_an_echo_printed_before_and_after_it():
     assert d.cause == "worker_exception" and "bad row 7" in d.summary, d
 
 
+def test_an_exception_python_ignored_at_exit_is_never_the_failure():
+    """Seen in the lab's own spawn logs (shm_exhausted, oom_killed): after the real failure, multiprocessing's
+    exit handler stops a worker still starting, and PyTorch's SIGCHLD handler raises inside its join."""
+    shm = tb("RuntimeError: Caught RuntimeError in DataLoader worker process 0.",
+             "Original Traceback (most recent call last):",
+             '  File "/x/torch/utils/data/_utils/worker.py", line 374, in _worker_loop',
+             "    data = fetcher.fetch(index)",
+             "RuntimeError: unable to allocate shared memory(shm) for file </torch_10696_3289567388_0>: "
+             "No space left on device (28)")
+    at_exit = ("Exception ignored in atexit callback: <function _exit_function at 0x7f6e91b9e3e0>\n"
+               "Traceback (most recent call last):\n"
+               '  File "/usr/lib/python3.11/multiprocessing/util.py", line 357, in _exit_function\n'
+               "    p.join()\n"
+               '  File "/x/torch/utils/data/_utils/signal_handling.py", line 73, in handler\n'
+               "    _error_if_any_worker_fails()\n"
+               "RuntimeError: DataLoader worker (pid 10697) is killed by signal: Terminated. \n")
+    d = explain(shm + "\n" + at_exit)
+    assert d.cause == "shm_exhausted", d
+    # alone, it still names what it shows (a kill by SIGTERM), never with more than the text proves
+    alone = explain(at_exit)
+    assert alone.cause != "shm_exhausted" and alone.confidence != "high", alone
+
+
 def test_a_traceback_cut_at_the_top_is_still_read():
     cut = KILLED_SEGV.split("\n", 3)[3]  # no header, no first frame
     d = explain("...\n" + cut)

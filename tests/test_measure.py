@@ -1,5 +1,6 @@
 """labutils.kit.measure: the start method a run used, and the per-worker memory probe of notebook 04."""
 
+import signal
 import textwrap
 
 import labutils
@@ -65,6 +66,35 @@ def test_unended_workers_flags_only_unrecorded_endings():
     from labutils.kit.measure import unended_workers
     r = RunResult(outcome="failed", workers=[_info(1, 0), _info(2, -9), _info(3, None)])
     assert unended_workers(r) == ["dataloader_worker 3: " + _info(3, None).status]
+
+
+#: what python 3.11 printed in a spawn run of notebook 03 (pids shortened): a worker still importing was
+#: killed by multiprocessing's exit handler, and PyTorch's SIGCHLD handler raised inside its join
+_EXIT_JOIN_RAISED = """Exception ignored in atexit callback: <function _exit_function at 0x7f9fe8880400>
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/multiprocessing/util.py", line 357, in _exit_function
+    p.join()
+  File "/usr/lib/python3.11/site-packages/torch/utils/data/_utils/signal_handling.py", line 73, in handler
+    _error_if_any_worker_fails()
+RuntimeError: DataLoader worker (pid 7953) is killed by signal: Terminated.
+"""
+
+
+def test_a_worker_pytorch_left_running_at_exit_is_not_unended_nor_crashed():
+    from labutils.kit.measure import crashed_workers, unended_workers
+    left = _info(1, None, stopped_by_lab=True)
+    ended_alone = _info(4, None)  # exited after the main process, its status reaped by nobody of the run
+    ws = [left, _info(2, -signal.SIGTERM), ended_alone]
+    explained = RunResult(outcome="failed", workers=ws, stderr="...\n" + _EXIT_JOIN_RAISED)
+    assert unended_workers(explained) == [] and crashed_workers(explained) == []
+    assert left.status.startswith("still running when the run ended; the lab stopped it")
+    # without PyTorch's error at exit, a worker the lab had to stop is flagged (and counts as not clean)
+    bare = RunResult(outcome="failed", workers=ws, stderr="")
+    flagged = ["dataloader_worker 1: " + left.status, "dataloader_worker 4: " + ended_alone.status]
+    assert unended_workers(bare) == flagged and crashed_workers(bare) == flagged
+    # a crash signal is a crash, whatever the stderr says
+    segv = RunResult(outcome="failed", workers=[_info(3, -signal.SIGSEGV)], stderr=_EXIT_JOIN_RAISED)
+    assert crashed_workers(segv) == ["dataloader_worker 3: " + _info(3, -signal.SIGSEGV).status]
 
 
 def test_echoes_are_socket_errors_in_the_fd_handover_only():

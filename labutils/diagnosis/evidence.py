@@ -78,6 +78,7 @@ class _Exc:
     origin: str = "ended"  # "ended" (ended the script), "next"/"init" (escaped the loader), "live"
     t: Optional[float] = None
     ended_run: bool = False  # escaped the loader and then ended the script
+    ignored: bool = False  # a log's "Exception ignored in ...": reported by Python at exit, never what ended it
 
     def __post_init__(self) -> None:
         self.frames = [f for f in _frames(self.traceback) if f[3] != "boot"]

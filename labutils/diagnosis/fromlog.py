@@ -109,12 +109,22 @@ def printed_chains(text: str) -> list:
             for n, e in enumerate(chain):
                 e.link = None if n == 0 else (chain[n - 1].link or "cause")
             chain[0].link = None
+            chain[0].ignored = _after_ignored(lines, start)
             out.append((start, chain))
         else:
             i += 1
     out += _headless(lines, used)
     out.sort(key=lambda pair: pair[0])
     return out
+
+
+def _after_ignored(lines: list, start: int) -> bool:
+    """Is the traceback at ``lines[start]`` one Python reports as ignored (an exit handler's, a ``__del__``'s):
+    printed after the script's own end, for an exception that ended nothing?"""
+    k = start - 1
+    while k >= 0 and not lines[k].strip():
+        k -= 1
+    return k >= 0 and lines[k].lstrip().startswith("Exception ignored in")
 
 
 def _headless(lines: list, used: set) -> list:
@@ -184,10 +194,13 @@ def _score(chain: list) -> int:
 
 
 def primary(chains: list) -> tuple:
-    """``(the primary chain, the others)``: the last chain with the most to say about the DataLoader."""
+    """``(the primary chain, the others)``: the last chain with the most to say about the DataLoader, of those
+    not reported as ignored (at exit, multiprocessing's handler stops the workers still alive, and PyTorch's
+    SIGCHLD handler can raise inside it: "Exception ignored in atexit callback", a kill by SIGTERM that the
+    exiting main process sent itself, after the failure)."""
     if not chains:
         return [], []
-    ranked = max(range(len(chains)), key=lambda n: (_score(chains[n][1]), n))
+    ranked = max(range(len(chains)), key=lambda n: (not chains[n][1][0].ignored, _score(chains[n][1]), n))
     return chains[ranked][1], [c for n, (_, c) in enumerate(chains) if n != ranked]
 
 

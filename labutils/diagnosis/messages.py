@@ -26,6 +26,12 @@ KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.\
 #: the SIGCHLD handler's exit-code line (``... exited unexpectedly with exit code 1. Details are lost ...``)
 EXIT_CODE = re.compile(r"DataLoader worker \(pid (\d+)\) exited unexpectedly with exit code (-?\d+)")
 PIN_DIED = re.compile(r"Pin memory thread exited unexpectedly")
+#: at exit, multiprocessing's handler terminates the daemonic workers still alive and joins each; one killed
+#: by that SIGTERM before its own handler was set (a spawn worker still importing) makes PyTorch's SIGCHLD
+#: handler raise inside the join, and the workers not yet joined outlive the main process (under python
+#: they end themselves once they find their parent gone)
+EXIT_JOIN_RAISED = re.compile(r"Exception ignored in atexit callback: <function _exit_function\b[\s\S]*?"
+                              r"DataLoader worker \(pid \d+\) is killed by signal")
 #: what a worker writes to its stderr (C level) before its own signal handler re-raises the signal
 WORKER_LINE = re.compile(r"ERROR: Unexpected (segmentation fault|floating-point exception|bus error) "
                          r"encountered in worker")

@@ -12,7 +12,7 @@ works), and not a diff of the machine's /dev/shm (neighbours' files come and go 
 
 from __future__ import annotations
 
-from ..diagnosis.messages import torch_segment_pid
+from ..diagnosis.messages import EXIT_JOIN_RAISED, torch_segment_pid
 
 #: :func:`left_behind` of a run that PyTorch and the OS cleaned up after.
 NOTHING = {"files": [], "unended_workers": []}
@@ -25,7 +25,10 @@ def left_behind(run) -> dict:
     processes had ended: the ones the runner then removed, or failed to remove (``leftover_files``, less
     the temporary folders it also lists).
     ``unended_workers``: pids of its DataLoader workers with no recorded exit status (the runner had to
-    kill them).
+    kill them, or one ended after the main process and nobody recorded how), except where PyTorch itself
+    left them: where its SIGCHLD handler raised inside multiprocessing's exit handler
+    (:data:`~labutils.diagnosis.messages.EXIT_JOIN_RAISED` in the run's stderr), the workers not yet joined
+    outlive the main process under python too (the lab stops those still running: ``stopped_by_lab``).
     """
     created = set(getattr(run, "shm_created", []) or [])
     removed = set(getattr(run, "shm_removed", []) or [])
@@ -35,8 +38,16 @@ def left_behind(run) -> dict:
     workers = getattr(run, "dataloader_workers", None)
     if workers is None:
         workers = [w for w in getattr(run, "workers", []) or [] if w.role == "dataloader_worker"]
-    unended = sorted(w.pid for w in workers if w.exitcode is None)
-    return {"files": files, "unended_workers": unended}
+    return {"files": files, "unended_workers": sorted(w.pid for w in unended(run, workers))}
+
+
+def unended(run, workers=None) -> list:
+    """The :class:`ProcessInfo` of ``run``'s DataLoader workers (or of ``workers``) with no exit status of
+    their own that PyTorch's exit does not explain (see :func:`left_behind`)."""
+    if workers is None:
+        workers = [w for w in getattr(run, "workers", []) or [] if w.role == "dataloader_worker"]
+    pytorch_left_them = EXIT_JOIN_RAISED.search(getattr(run, "stderr", "") or "") is not None
+    return [] if pytorch_left_them else [w for w in workers if w.exitcode is None]
 
 
 def not_clean(runs: dict) -> dict:

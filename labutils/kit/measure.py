@@ -5,10 +5,11 @@ Results are data: these functions read a :class:`~labutils.runner.result.RunResu
 
 from __future__ import annotations
 
+import signal
 from typing import Optional
 
 from ..diagnosis.messages import is_echo_traceback
-from .leftovers import left_behind
+from .leftovers import left_behind, unended
 
 
 def run_start_method(result) -> Optional[str]:
@@ -88,10 +89,25 @@ def unended_workers(run) -> list:
     """Status lines of the run's processes whose ending nobody recorded while the run went.
 
     Every process of a run is reaped inside it (by multiprocessing, or by the runner's monitor, which
-    records the status): an exit status of None means one outlived its run's own shutdown. (A -9 is not
-    flagged here: a worker may really be SIGKILLed; a lesson that expects none asserts that itself.)
+    records the status): an exit status of None means one outlived its run's own shutdown, unless PyTorch
+    left it running itself (:func:`labutils.kit.leftovers.unended`). (A -9 is not flagged here: a worker
+    may really be SIGKILLed; a lesson that expects none asserts that itself.)
     """
-    return [f"{w.role} {w.pid}: {w.status}" for w in getattr(run, "workers", []) or [] if w.exitcode is None]
+    return [f"{w.role} {w.pid}: {w.status}" for w in unended(run, getattr(run, "workers", []) or [])]
+
+
+def crashed_workers(run) -> list:
+    """Status lines of the run's DataLoader workers that ended otherwise than a worker that only raised.
+
+    Such a worker sends its exception and lives on; it ends with 0 when told to stop, by the SIGTERM that
+    multiprocessing's exit handler sends the daemonic workers still alive when the main process exits (a
+    worker whose parent is the fork server, or one still starting, dies of it), or, where PyTorch's SIGCHLD
+    handler raised inside that handler, still running after the main process (see :func:`unended_workers`).
+    """
+    workers = list(getattr(run, "dataloader_workers", None) or [])
+    left_by_pytorch = {w.pid for w in workers if w.exitcode is None} - {w.pid for w in unended(run, workers)}
+    return [f"{w.role} {w.pid}: {w.status}" for w in workers
+            if w.exitcode not in (0, -signal.SIGTERM) and w.pid not in left_by_pytorch]
 
 
 # --------------------------------------------------------------------------- echoes of a death

@@ -15,10 +15,12 @@ from .result import ExceptionInfo, ProcessInfo, RunResult
 OUTPUT_CAP = 2 * 2**20
 
 
-def workers(procs_log: list, monitor, exits: dict, killed_by_kernel: set) -> list:
+def workers(procs_log: list, monitor, exits: dict, killed_by_kernel: set, stopped: frozenset = frozenset()) -> list:
     """A :class:`ProcessInfo` for each process the run's main process started, its exit code from the
     first source that has it: the main process's final record, its reaping log, the monitor's events,
-    else -9 where the kernel or the watchdog killed it and no parent was left to reap it."""
+    else -9 where the kernel or the watchdog killed it and no parent was left to reap it. A process with
+    none of these that the runner found still running at the run's end (``stopped``) is marked so: its
+    ending is the lab's SIGKILL, not one of the run's own."""
     event_status = {e["pid"]: e for e in monitor.events}
     out = []
     for rec in procs_log:
@@ -37,7 +39,8 @@ def workers(procs_log: list, monitor, exits: dict, killed_by_kernel: set) -> lis
             pid=pid, name=rec.get("name", ""), role="dataloader_worker"
             if rec.get("target", "").endswith("_worker_loop") else "process",
             exitcode=exitcode, peak_rss=info.get("peak_rss"), peak_uss=info.get("peak_uss"),
-            killed_by_watchdog=kill is not None, killed_by_kernel_oom=pid in killed_by_kernel))
+            killed_by_watchdog=kill is not None, killed_by_kernel_oom=pid in killed_by_kernel,
+            stopped_by_lab=exitcode is None and pid in stopped))
     return out
 
 
@@ -99,7 +102,7 @@ def assemble(run, monitor, records: _rd.RunRecords, kernel_lines: list, how: str
     result_outcome, reason = outcome(how, rc, run.spec, monitor, stderr, run.cfg)
     return RunResult(
         outcome=result_outcome, returncode=rc, signal=-rc if rc is not None and rc < 0 else None,
-        workers=workers(records.procs, monitor, exits, killed_by_kernel),
+        workers=workers(records.procs, monitor, exits, killed_by_kernel, frozenset(run.procs.stopped)),
         exceptions=[ExceptionInfo(**e) for e in records.exc], loader_events=records.loader_events,
         stdout=stdout, stderr=stderr, wall_time=run.wall, peak_rss=monitor.seen.get(proc.pid, {}).get("peak_rss"),
         watchdog_kills=list(monitor.kills), samples=monitor.samples, processes_seen=run.processes_seen,

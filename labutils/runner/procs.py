@@ -53,6 +53,7 @@ class RunProcesses:
         self.cgroup = cgroup
         self.known: dict = {}
         self.refused: dict = {}  # pid -> start ticks of processes checked and found not ours
+        self.stopped: set = set()  # pids that :meth:`terminate` found alive beside or after the main process
         self.lock = threading.Lock()
         self._leader_ticks = _start_ticks_of(leader_pid)
         if leader_pid is not None:
@@ -202,6 +203,10 @@ class RunProcesses:
     def terminate(self, leader_alive: bool = True, helper_grace: float = 2.0) -> list:
         """SIGKILL every process of the run, the run's clean-up helpers last; return pids still alive.
 
+        The processes other than the main process found alive here (they outlived it) go to ``stopped``:
+        under python they would have gone on alone (a DataLoader worker ends itself within 5 s of finding
+        its parent gone); the lab stops them, and says so in their record.
+
         Helpers (multiprocessing's resource_tracker, torch_shm_manager) unlink what the run registered with
         them once every other process of the run is gone, so they get ``helper_grace`` seconds to do that
         and exit by themselves. The process group of the main process is killed only while the main process
@@ -212,6 +217,8 @@ class RunProcesses:
             self.sweep()
             for proc in self.living():
                 if not proc.helper:
+                    if proc.pid != self.leader:
+                        self.stopped.add(proc.pid)
                     self.send(proc, signal.SIGKILL)
         deadline = time.monotonic() + helper_grace
         while time.monotonic() < deadline:

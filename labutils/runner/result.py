@@ -55,6 +55,9 @@ class ProcessInfo:
     peak_uss: Optional[int] = None
     killed_by_watchdog: bool = False
     killed_by_kernel_oom: bool = False
+    #: still running when the run ended (after its main process, or at its time limit), with no exit status
+    #: of its own: the lab stopped it. Under python it would have gone on alone.
+    stopped_by_lab: bool = False
 
     @property
     def signal(self) -> Optional[int]:
@@ -62,6 +65,8 @@ class ProcessInfo:
 
     @property
     def status(self) -> str:
+        if self.stopped_by_lab:
+            return "still running when the run ended; the lab stopped it (SIGKILL)"
         text = describe_exit(self.exitcode)
         if self.killed_by_kernel_oom:
             return text + " (the kernel's OOM killer, in the run's memory cgroup)"

@@ -1,4 +1,4 @@
-# parity: torch timeout=60
+# parity: torch race timeout=60
 # A Dataset class defined in the script, under every start method (spawn workers import it as __mp_main__).
 import torch
 from torch.utils.data import DataLoader, Dataset

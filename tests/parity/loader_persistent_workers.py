@@ -1,4 +1,4 @@
-# parity: torch timeout=60
+# parity: torch race timeout=60
 # persistent_workers=True over two epochs, the loader left in a global at exit.
 import torch
 from torch.utils.data import DataLoader, TensorDataset
