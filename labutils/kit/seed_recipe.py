@@ -1,4 +1,4 @@
-# The seed article's "production-grade" recipe, re-typed; comments translated, the one change marked "# lab:"
+# The article's "production-grade" recipe, re-typed; comments translated, the one change marked "# lab:"
 import logging
 import os
 import signal
