@@ -102,15 +102,9 @@ def _select(only: Optional[str]) -> list:
     return [SCENARIOS[n] for n in names]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # exit status 2 with a clear line, no traceback
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def tour_main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m labutils tour [--only a,b] [--json] [--list] [--quiet]``."""
-    parser = _Parser(prog="python -m labutils tour",
+    parser = argparse.ArgumentParser(prog="python -m labutils tour",
                      description="Run every scenario, broken then fixed, and print what was diagnosed.")
     parser.add_argument("--only", metavar="A,B", help="comma-separated scenario ids")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -156,7 +150,7 @@ def tour_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def run_main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m labutils run SCENARIO``: broken then fixed, with the full evidence of both."""
-    parser = _Parser(prog="python -m labutils run",
+    parser = argparse.ArgumentParser(prog="python -m labutils run",
                      description="Run one scenario, broken then fixed, and print the whole evidence.")
     parser.add_argument("scenario", help="a scenario id (python -m labutils tour --list)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -422,10 +422,6 @@ def _through_loader(e: _Exc) -> Optional[bool]:
     return "loader" in e.kinds or worker_death_kind(e) == "race"
 
 
-def _is_echo_of_death(e: _Exc) -> bool:
-    return worker_death_kind(e) in ("died", "race", "pin")
-
-
 # =========================================================================== stderr, by who printed it
 _EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")  # 'RuntimeError: ...', 'KeyboardInterrupt', 'mod.Error:'
 

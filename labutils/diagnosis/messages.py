@@ -67,7 +67,6 @@ MAIN_ATTR = re.compile(r"Can't get attribute '([^']+)' on <module '(__main__|__m
 STDIN_MAIN = re.compile(r"No such file or directory: '[^']*<stdin>'")
 PICKLE = re.compile(r"cannot pickle|can't pickle|Can't get local object|pickle error|"
                     r"attribute lookup .* failed|is not picklable|PicklingError", re.I)
-PICKLE_WARNING = re.compile(r"Got pickle error when attempting to start a worker Process")
 TORCH_WARNING = re.compile(r"^(\S*/torch/utils/data/\S+\.py):\d+: (\w+Warning): (.*)$", re.M)
 
 #: /dev/shm really short: the kernel's or torch's words for it (PyTorch's bus-error hint "out of shared

@@ -33,10 +33,6 @@ from .cgroupfs import creator_tag, own_cgroup, proc_cgroups, read_file, unified_
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-#: a lab group's name: ``labutils-{run,pids,probe}-PID.TICKS-HEX`` (the creator's identity, then a nonce)
-GROUP_PREFIXES = ("labutils-run-", "labutils-pids-", "labutils-probe-")
-
-
 def _keyed(text: Optional[str]) -> dict:
     out = {}
     for line in (text or "").splitlines():
