@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from ..machine import probes
 from . import messages as vocab
 from .chain import links as _chain_links
+from .chain import loader_iter
 
 # =========================================================================== frames: whose code raised it
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
@@ -353,18 +354,6 @@ def _facts_from_result(result) -> _Facts:
     return facts
 
 
-def _find_loader_iter(excs: Iterable[BaseException]):
-    """The DataLoader iterator object in the traceback of any exception of the chain, if any."""
-    for exc in excs:
-        tb = exc.__traceback__
-        while tb is not None:
-            obj = tb.tb_frame.f_locals.get("self")
-            if obj is not None and type(obj).__name__.endswith("DataLoaderIter"):
-                return obj
-            tb = tb.tb_next
-    return None
-
-
 def _facts_from_exception(exc: BaseException) -> _Facts:
     facts = _Facts(source="exception", outcome="failed")
     pairs = _chain_of(exc)
@@ -372,7 +361,7 @@ def _facts_from_exception(exc: BaseException) -> _Facts:
     facts.notes.append("explained from the exception chain and this process's environment only: worker "
                        "stderr and the exit codes of workers that are gone are not available here "
                        "(run it with labutils.run_isolated or `python -m labutils diagnose` for those)")
-    it = _find_loader_iter([e for e, _ in pairs])
+    it = loader_iter([e for e, _ in pairs])
     if it is not None:
         workers = list(getattr(it, "_workers", []) or [])
         method = None

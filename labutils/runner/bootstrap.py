@@ -43,11 +43,12 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 
 
-def _by_path(name: str):
-    """A module of this folder, loaded by path (importing the package would cost the run its start-up)."""
+def _by_path(name: str, folder: str = ""):
+    """A module of this folder (or of ``folder`` beside it), loaded by path (importing the package would cost
+    the run its start-up)."""
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), folder)
     spec = importlib.util.spec_from_file_location("_labutils_" + name, os.path.join(here, name + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -55,6 +56,8 @@ def _by_path(name: str):
 
 
 _rd = _by_path("rundir")  # the run directory's file names
+#: type, message, link and traceback of an exception and every ``__cause__``/``__context__`` below it
+_chain = _by_path("chain", os.path.join(os.pardir, "diagnosis")).records
 RUN_DIR = sys.argv[1]
 MAIN_PID = os.getpid()
 _started = []  # BaseProcess objects started by the main process
@@ -86,27 +89,6 @@ def _append(name: str, record: dict) -> None:
             fh.write(json.dumps(record, default=repr) + "\n")
     except OSError:  # the run dir may be gone when a straggler writes late
         pass
-
-
-def _chain(exc: BaseException) -> list:
-    """Type, message and link of the exception and every ``__cause__``/``__context__`` below it.
-
-    The same walk and records as ``labutils/diagnosis/chain.py`` (their one home for everything else):
-    this copy stays because the bootstrap is run by path, before labutils can be imported, and each
-    import costs every run its start-up time."""
-    out, seen, link = [], set(), None
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False))
-        out.append({"type": type(exc).__qualname__, "module": type(exc).__module__,
-                    "message": str(exc), "link": link, "traceback": tb[-6000:]})
-        if exc.__cause__ is not None:
-            exc, link = exc.__cause__, "cause"
-        elif exc.__context__ is not None and not exc.__suppress_context__:
-            exc, link = exc.__context__, "context"
-        else:
-            exc = None
-    return out
 
 
 def _record_exit_of(popen_class) -> None:

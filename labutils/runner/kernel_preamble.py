@@ -23,7 +23,7 @@ from multiprocessing import process
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _rd = types.SimpleNamespace(**runpy.run_path(os.path.join(_HERE, "rundir.py")))  # the run directory's names
-#: labutils/diagnosis/chain.py, the one copy of the exception-chain walk
+#: labutils/diagnosis/chain.py, the one home of the exception-chain walk
 _chain = runpy.run_path(os.path.join(_HERE, os.pardir, "diagnosis", "chain.py"))["records"]
 _PROGRESS_EVERY = 0.25  # seconds between two progress records of one iterator
 
