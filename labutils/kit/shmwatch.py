@@ -86,7 +86,8 @@ def shm_total(path: str = SHM_PATH) -> int:
 class PollingMeter(threading.Thread):
     """A daemon thread that calls :meth:`sample` every ``interval`` seconds until :meth:`stop` (which takes
     one last sample) and keeps the peak in ``peak_total``; a context manager. Where ``supported`` is False
-    it starts no thread and :meth:`stop` gives None. Subclasses set ``supported`` and define ``sample``."""
+    it starts no thread and :meth:`stop` gives None. Subclasses set ``supported`` and define ``read``, the
+    value of one sample."""
 
     supported = False
 
@@ -100,8 +101,14 @@ class PollingMeter(threading.Thread):
     def peak(self) -> Optional[int]:
         return self.peak_total
 
-    def sample(self) -> int:
+    def read(self) -> int:
         raise NotImplementedError
+
+    def sample(self) -> int:
+        value = self.read()
+        self.peak_total = max(self.peak_total, value)
+        self.samples += 1
+        return value
 
     def start(self) -> None:
         if self.supported:
@@ -155,11 +162,8 @@ class PeakMeter(PollingMeter):
         """Highest use seen, minus the use when the meter was created (None where unsupported)."""
         return None if not self.supported else self.peak_total - self.baseline
 
-    def sample(self) -> int:
-        used = shm_used(self.path)
-        self.peak_total = max(self.peak_total, used)
-        self.samples += 1
-        return used
+    def read(self) -> int:
+        return shm_used(self.path)
 
     def __str__(self) -> str:
         if not self.supported:
