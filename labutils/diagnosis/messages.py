@@ -149,11 +149,3 @@ def worker_pids(text: str) -> list:
             if p and int(p) not in pids:
                 pids.append(int(p))
     return pids
-
-
-def torch_segment_pid(name: str) -> Optional[int]:
-    """The pid in a ``/dev/shm`` name PyTorch gives a batch's segment (``torch_<pid>_<n>_<k>``), else None."""
-    parts = (name or "").split("_")
-    if name.startswith("torch_") and len(parts) > 2 and parts[1].isdigit():
-        return int(parts[1])
-    return None

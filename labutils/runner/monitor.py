@@ -11,7 +11,6 @@ from typing import Optional
 
 from . import rundir as _rd
 from .procfs import (
-    _decode_status,
     _descendants,
     _num_fds,
     _oom_score,
@@ -189,7 +188,8 @@ class Monitor(threading.Thread):
                                "pss": roll["Pss"] if roll else None, "basis": "summed PSS of the run"})
 
     def _died(self, proc, wall: float) -> None:
-        exitcode, sig = _decode_status(zombie_status(proc.pid))
+        status = zombie_status(proc.pid)  # a zombie's wait status: it exited or a signal ended it
+        exitcode, sig = split_exitcode(None if status is None else os.waitstatus_to_exitcode(status))
         if exitcode is None and sig is None:
             if proc.pid not in self.exit_codes:  # reaped already: the main process's record may follow
                 self._pending[proc.pid] = (proc, wall, time.monotonic() + 1.0)

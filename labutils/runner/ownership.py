@@ -30,6 +30,14 @@ def shm_entries() -> set:
         return set()
 
 
+def torch_segment_pid(name: str) -> Optional[int]:
+    """The pid in a ``/dev/shm`` name PyTorch gives a batch's segment (``torch_<pid>_<n>_<k>``), else None."""
+    parts = (name or "").split("_")
+    if name.startswith("torch_") and len(parts) > 2 and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
 def owned_shm(before: set, recorded: Mapping[str, Optional[int]], procs_by_pid: Mapping[int, int]) -> list:
     """Names of /dev/shm files this run created and that still exist.
 
@@ -49,12 +57,10 @@ def owned_shm(before: set, recorded: Mapping[str, Optional[int]], procs_by_pid: 
         if name in recorded:
             if recorded[name] is None or recorded[name] == st.st_ino:
                 owned.append(name)
-        elif name.startswith("torch_"):
-            parts = name.split("_")
-            if len(parts) > 2 and parts[1].isdigit() and int(parts[1]) in procs_by_pid:
-                ticks = procs_by_pid[int(parts[1])]
-                if ticks is not None and min(st.st_ctime, st.st_mtime) >= start_wall(ticks) - 0.02:
-                    owned.append(name)
+        elif torch_segment_pid(name) in procs_by_pid:
+            ticks = procs_by_pid[torch_segment_pid(name)]
+            if ticks is not None and min(st.st_ctime, st.st_mtime) >= start_wall(ticks) - 0.02:
+                owned.append(name)
     return sorted(owned)
 
 

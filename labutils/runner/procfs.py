@@ -148,12 +148,3 @@ def split_exitcode(code: Optional[int]) -> tuple:
     if code is None:
         return None, None
     return (None, -code) if code < 0 else (code, None)
-
-
-def _decode_status(status: Optional[int]) -> tuple:
-    """A wait status as ``(exitcode, signal)``; ``(None, None)`` when unknown."""
-    if status is None:
-        return None, None
-    if status & 0x7F:
-        return None, status & 0x7F
-    return (status >> 8) & 0xFF, None
