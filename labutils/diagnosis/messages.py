@@ -18,6 +18,8 @@ import re
 import signal
 from typing import Optional
 
+from ..runner.result import signal_name  # SIGKILL for 9; 'signal N' for a number with no name
+
 # --------------------------------------------------------------------------- a worker's death
 #: the status check's generic line: ``DataLoader worker (pid(s) 12, 13) exited unexpectedly``
 DIED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
@@ -109,14 +111,6 @@ def is_echo_traceback(etype: str, traceback: str) -> bool:
 #: the signals that mean native code crashed (a bug in C/C++, not a kill from outside)
 NATIVE_SIGNALS = frozenset(int(s) for s in (signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGILL,
                                             signal.SIGTRAP, signal.SIGSYS))
-
-
-def signal_name(num: int) -> str:
-    """``SIGKILL`` for 9; ``signal N`` for a number this platform has no name for."""
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
 
 
 def signal_word(num: int) -> str:
