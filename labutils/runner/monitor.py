@@ -14,7 +14,6 @@ from .procfs import (
     _descendants,
     _num_fds,
     _oom_score,
-    _psutil,
     _rollup,
     _rss,
     _status_kb,
@@ -112,8 +111,8 @@ class Monitor(threading.Thread):
         return "other"
 
     # ------------------------------------------------------------------ one tick
-    def _tick(self, psutil) -> bool:
-        tree = _descendants(self.pid, psutil)
+    def _tick(self) -> bool:
+        tree = _descendants(self.pid)
         for pid in tree[1:]:
             self.procs.adopt(pid)
         self._read_logs()
@@ -268,12 +267,11 @@ class Monitor(threading.Thread):
         """Tick until stopped. A tick that raises is recorded in ``errors`` and the watch goes on; after
         :data:`MAX_TICK_ERRORS` in a row it stops, and where it was the memory enforcer it stops the run
         too (fails closed: a budget nobody watches is no budget)."""
-        psutil = _psutil()
         interval = self.interval if self.on_sample is None else min(self.interval, 0.25)
         in_a_row = 0
         while not self.stop.is_set():
             try:
-                self._tick(psutil)
+                self._tick()
                 in_a_row = 0
             except Exception as exc:  # noqa: BLE001 - one bad tick must not end the watch
                 in_a_row += 1

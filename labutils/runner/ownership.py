@@ -13,12 +13,14 @@ import threading
 import time
 from typing import Mapping, Optional, Sequence
 
+import psutil
+
 from . import capabilities as _caps
 from . import procs as _procs
 from . import rundir as _rd
 from . import warm as _warm
 from .cgroupfs import own_cgroup
-from .procfs import _psutil, start_ticks, start_wall, stat_fields
+from .procfs import start_ticks, start_wall, stat_fields
 
 _SHM = "/dev/shm"
 
@@ -133,7 +135,6 @@ def find_strays() -> list:
     and removes its own runs' processes by identity, and a pid listed here may be gone or reused by the
     time it is read.
     """
-    psutil = _psutil()
     strays = []
     me = os.getuid()
     for proc in psutil.process_iter(["pid"]):
