@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..machine import probes
+from ..runner import startmethod
 from . import messages as vocab
 from .chain import links as _chain_links
 from .chain import loader_iter
@@ -373,7 +374,7 @@ def _facts_from_exception(exc: BaseException) -> _Facts:
             facts.workers.append(_Worker(getattr(w, "pid", None), code))
             method = method or getattr(type(w), "_start_method", None)
         if workers and method is None:  # the default context: its Process class names no method
-            method = probes.default_start_method()
+            method = startmethod.current()
         ds = getattr(it, "_dataset", None)
         facts.live_dataset = ds
         ds_module = type(ds).__module__ if ds is not None else None

@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
+from ..runner import startmethod
 from ..runner.sizes import format_size, parse_size
 from ..runner.spec import whole_number
 from . import probes
@@ -154,7 +155,7 @@ _MEANING = {
 
 
 def _check_start_method(planned: Optional[str]) -> CheckResult:
-    default = probes.default_start_method()
+    default = startmethod.current()
     available = multiprocessing.get_all_start_methods()
     method = planned or default
     if method not in available:
@@ -479,7 +480,7 @@ def doctor(
     """
     t0 = time.perf_counter()
     torch = probes.torch_info(import_torch)
-    method = start_method or probes.default_start_method()
+    method = start_method or startmethod.current()
     shm = probes.shm_usage() if sys.platform not in ("darwin", "win32") else None
     checks = [
         _check_python(),

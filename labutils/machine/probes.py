@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-from ..runner import cgroupfs, procfs
+from ..runner import cgroupfs, procfs, startmethod
 
 SHM_PATH = "/dev/shm"
 
@@ -139,21 +139,6 @@ def memory() -> tuple:
 
 
 # --------------------------------------------------------------------------- start method and __main__
-def default_start_method() -> str:
-    """The start method a DataLoader gets when none is set, without fixing the default context."""
-    current = multiprocessing.get_start_method(allow_none=True)
-    if current:
-        return current
-    try:  # the name the default context would use (private, so guarded)
-        from multiprocessing import context
-
-        return context._default_context._default_context._name  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001
-        if sys.platform in ("darwin", "win32"):
-            return "spawn"
-        return "forkserver" if sys.version_info >= (3, 14) else "fork"
-
-
 def main_importable(main: Any = None) -> bool:
     """True when a spawn/forkserver child can re-import ``__main__``: it must be a real file.
 
@@ -327,7 +312,7 @@ def environment_lines(options: Optional[dict] = None, iters: Optional[list] = No
         sm = f"start method of the run: {options['start_method']}"
     else:
         chosen = multiprocessing.get_start_method(allow_none=True)
-        sm = f"start method: {chosen or default_start_method()}" + ("" if chosen else " (platform default)")
+        sm = f"start method: {chosen or startmethod.current()}" + ("" if chosen else " (platform default)")
     lines.append(sm)
     for it in (iters or [])[:1]:
         parts = [f"{k}={it.get(k)}" for k in ("num_workers", "batch_size", "prefetch_factor", "timeout",
