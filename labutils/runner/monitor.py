@@ -124,10 +124,7 @@ class Monitor(threading.Thread):
             if self.cgroup.verified and self.cgroup.kind == "systemd":
                 self.budget = None  # its memory.max reads the limit: the kernel enforces it from now on
         self._check_output()
-        if self.cgroup is not None:
-            count = self.cgroup.oom_kills()
-            if count is not None:
-                self._oom_count = count
+        self._count_oom_kills()
         need_full = self.budget is not None or self.detail or self.on_sample is not None
         alive_now, charged, rows = set(), 0, []
         for proc in list(self.procs.known.values()):
@@ -286,15 +283,18 @@ class Monitor(threading.Thread):
                     return
             self.stop.wait(interval)
 
+    def _count_oom_kills(self) -> None:
+        """The kernel's OOM kills in the run's memory cgroup so far (its ``memory.events``), where it has one."""
+        count = self.cgroup.oom_kills() if self.cgroup is not None else None
+        if count is not None:
+            self._oom_count = count
+
     def finish(self) -> None:
         """A last look after the main process ended (deaths, logs), from the caller's thread."""
         self.stop.set()
         self.join(timeout=5)
         self._read_logs()
-        if self.cgroup is not None:
-            count = self.cgroup.oom_kills()
-            if count is not None:
-                self._oom_count = count
+        self._count_oom_kills()
         wall = time.time()
         for pid in list(self._alive):
             proc = self.procs.known.get(pid)
