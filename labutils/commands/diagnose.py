@@ -179,14 +179,21 @@ def _workers(result) -> list:
     return out
 
 
+def _diagnosis_dict(d, optional: tuple) -> dict:
+    """A ``--json`` object's keys from the diagnosis ``d``, with each name of ``optional`` that it has."""
+    out = {"cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
+           "evidence": d.evidence, "source": d.source, "proves": d.proves, "cannot_prove": d.cannot_prove,
+           "decide_with": d.decide_with,
+           "fixes": [{"text": f.text, "notebook": f.notebook, "path": f.path} for f in d.fixes]}
+    out.update({name: getattr(d, name) for name in optional if getattr(d, name, None)})
+    return out
+
+
 def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
-    """The ``--json`` object for a run."""
-    d = result.diagnosis
-    out = {
-        "cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
-        "evidence": d.evidence, "source": d.source, "proves": d.proves, "cannot_prove": d.cannot_prove,
-        "decide_with": d.decide_with,
-        "fixes": [{"text": f.text, "notebook": f.notebook, "path": f.path} for f in d.fixes],
+    """The ``--json`` object for a run: the failing process's place in the tree, the texts the cause does
+    not explain and, under torchrun, the first failed rank with every failure, where there are any."""
+    out = _diagnosis_dict(result.diagnosis, ("process", "unexplained", "tree", "launch"))
+    out.update({
         "outcome": result.outcome, "exit": result.exit_text, "returncode": result.returncode,
         "signal": result.signal, "reason": result.reason,
         "workers": _workers(result),
@@ -200,15 +207,10 @@ def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
         "wall_time": round(result.wall_time, 3),
         "script": script, "args": list(script_args), "options": result.options,
         "stdout": result.stdout, "stderr": result.stderr,
-    }
+    })
     cell = getattr(result, "failing_cell", None)
     if cell is not None or script.endswith(".ipynb"):
         out["cell"] = cell
-    for name in ("process", "unexplained", "tree"):  # the failing process's place in the tree; loose texts
-        if getattr(d, name, None):
-            out[name] = getattr(d, name)
-    if getattr(d, "launch", None) is not None:
-        out["launch"] = d.launch  # torchrun: the first failed rank, its exit code, pid, every failure
     return out
 
 
@@ -259,15 +261,8 @@ def log_parser() -> argparse.ArgumentParser:
 
 def log_report_dict(d, log) -> dict:
     """The ``--json`` object for a log: a run's diagnosis keys, with ``source: "log"`` and what was read."""
-    out = {"cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
-           "evidence": d.evidence, "fixes": [{"text": f.text, "notebook": f.notebook, "path": f.path}
-                                             for f in d.fixes],
-           "source": "log", "proves": d.proves, "cannot_prove": d.cannot_prove, "decide_with": d.decide_with,
-           "files": list(log.names), "bytes_read": log.bytes_read, "lines_read": log.lines_read}
-    for name in ("unexplained", "launch"):
-        if getattr(d, name, None):
-            out[name] = getattr(d, name)
-    return out
+    return {**_diagnosis_dict(d, ("unexplained", "launch")),
+            "files": list(log.names), "bytes_read": log.bytes_read, "lines_read": log.lines_read}
 
 
 def log_main(argv: Sequence[str]) -> int:
