@@ -21,19 +21,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
+import psutil
+
 from ..runner import cgroupfs, procfs, startmethod
 
 SHM_PATH = "/dev/shm"
-
-
-# --------------------------------------------------------------------------- files
-def read_text(path: str) -> Optional[str]:
-    """The stripped text of a small file, or None when it cannot be read."""
-    try:
-        with open(path) as fh:
-            return fh.read().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 # --------------------------------------------------------------------------- /dev/shm
@@ -90,20 +82,14 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-def open_fds(pid: Optional[int] = None) -> Optional[int]:
-    """Open descriptors of a process (this one by default)."""
-    dirs = (f"/proc/{pid}/fd",) if pid else ("/proc/self/fd", "/dev/fd")
-    for d in dirs:
+def open_fds() -> Optional[int]:
+    """Open descriptors of this process; None where they cannot be listed."""
+    for d in ("/proc/self/fd", "/dev/fd"):
         try:
-            return len(os.listdir(d)) - (0 if pid else 1)  # listdir's own descriptor
+            return len(os.listdir(d)) - 1  # listdir's own descriptor
         except OSError:
             continue
-    try:
-        import psutil
-
-        return psutil.Process(pid).num_fds()
-    except Exception:  # noqa: BLE001 - optional probe
-        return None
+    return None
 
 
 def nofile_limits() -> Optional[tuple]:
@@ -115,10 +101,10 @@ def nofile_limits() -> Optional[tuple]:
     return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-def meminfo(read=read_text) -> dict:
+def meminfo() -> dict:
     """/proc/meminfo in bytes (MemTotal, MemAvailable, ...); {} elsewhere."""
     out = {}
-    for line in (read("/proc/meminfo") or "").splitlines():
+    for line in (cgroupfs.read_file("/proc/meminfo") or "").splitlines():
         key, _, rest = line.partition(":")
         parts = rest.split()
         if parts and parts[0].isdigit():
@@ -127,15 +113,9 @@ def meminfo(read=read_text) -> dict:
 
 
 def memory() -> tuple:
-    """(total_bytes, available_bytes) of the machine; (None, None) when unknown."""
-    try:
-        import psutil
-
-        vm = psutil.virtual_memory()
-        return vm.total, vm.available
-    except Exception:  # noqa: BLE001 - fall back to /proc/meminfo
-        info = meminfo()
-        return info.get("MemTotal"), info.get("MemAvailable")
+    """(total_bytes, available_bytes) of the machine."""
+    vm = psutil.virtual_memory()
+    return vm.total, vm.available
 
 
 # --------------------------------------------------------------------------- start method and __main__
