@@ -287,16 +287,18 @@ def log_main(argv: Sequence[str]) -> int:
         print("labutils diagnose: interrupted", file=sys.stderr)
         return 130
     d = explain_log(log)
+    _report(json.dumps(log_report_dict(d, log), default=repr) if args.json
+            else f"diagnose --log {' '.join(log.names)}:\n{d}")
+    return 0 if d.cause == "ok" or (d.cause == "unknown" and d.summary.startswith("no DataLoader failure")) else 1
+
+
+def _report(text: str) -> None:
+    """Print the report; a reader that left (``diagnose ... | head``) is not an error of the run."""
     try:
-        if args.json:
-            print(json.dumps(log_report_dict(d, log), default=repr))
-        else:
-            print(f"diagnose --log {' '.join(log.names)}:")
-            print(str(d))
+        print(text)
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0 if d.cause == "ok" or (d.cause == "unknown" and d.summary.startswith("no DataLoader failure")) else 1
 
 
 def _usage_fail(message: str) -> int:
@@ -359,12 +361,6 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
                               "fixes": [], "outcome": result.outcome, "exit": result.exit_text,
                               "workers": [], "memory_limit": getattr(result, "memory_limit", None)}))
         return 2
-    try:
-        if args.json:
-            print(json.dumps(report_dict(result, args.script, args.args), default=repr))
-        else:
-            print(_report_text(result, args.script, args.quiet))
-        sys.stdout.flush()
-    except BrokenPipeError:  # `diagnose ... | head`: the reader left; that is not an error of the run
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _report(json.dumps(report_dict(result, args.script, args.args), default=repr) if args.json
+            else _report_text(result, args.script, args.quiet))
     return 0 if result.diagnosis.cause == "ok" else 1
