@@ -27,7 +27,6 @@ from ._version import __version__
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
-FAILURES = ("load_error", "bad_values", "bad_shape")
 
 
 def sidecar_path(path: str | Path) -> Path:

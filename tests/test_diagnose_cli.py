@@ -41,7 +41,7 @@ def test_the_rest_of_the_line_reaches_the_command_untouched(capsys):
     ns = build_parser().parse_args(["diagnose", "--", "--json", "s.py", "--json", "-x"])
     assert ns.command == "diagnose" and ns.rest[1:] == ["--json", "s.py", "--json", "-x"]
     assert main(["doctor", "--prefetch-factor", "0"]) == 2
-    assert "must be >= 1" in capsys.readouterr().err
+    assert "must be at least 1" in capsys.readouterr().err
 
 
 def test_diagnose_stall_option_is_checked():

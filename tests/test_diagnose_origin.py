@@ -156,7 +156,7 @@ def test_echoes_are_labelled_and_the_primary_failure_first():
                    traceback=frames(USER, ("/home/u/data.py", "__getitem__"))), None),
 ])
 def test_death_echoes_from_the_fetch_race(exc, kind):
-    from labutils.diagnosis.diagnose import _Exc
+    from labutils.diagnosis.evidence import _Exc
 
     assert worker_death_kind(_Exc(exc.type, exc.message, exc.traceback)) == kind
     if kind:

@@ -264,9 +264,9 @@ def test_cli_json_parses(capsys):
     "argv, message",
     [
         (["--batch-bytes", "12X"], "invalid size '12X'"),
-        (["--num-workers", "-1"], "must be >= 0"),
+        (["--num-workers", "-1"], "must be at least 0"),
         (["--num-workers", "two"], "expected a whole number"),
-        (["--prefetch-factor", "0"], "must be >= 1"),
+        (["--prefetch-factor", "0"], "must be at least 1"),
         (["--start-method", "threads"], "invalid choice"),
         (["--bogus"], "unrecognized arguments"),
     ],

@@ -26,7 +26,6 @@ ALLOWED_INNER = {("labutils", "*"), ("labutils.commands.main", "*")}
 KNOWN = {
     ('inner', 'labutils.commands.diagnose', 'labutils.runner.isolate'),
     ('inner', 'labutils.commands.diagnose', 'labutils.runner.notebook'),
-    ('inner', 'labutils.commands.diagnose', 'labutils.runner.sizes'),
     ('inner', 'labutils.commands.diagnose', 'labutils.runner.torchrun'),
     ('inner', 'labutils.commands.tour', 'labutils.runner.isolate'),
     ('inner', 'labutils.diagnosis.diagnose', 'labutils.diagnosis.pickling'),

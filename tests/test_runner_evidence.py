@@ -217,7 +217,6 @@ def test_one_chain_walk_for_the_kernel_the_diagnosis_and_the_notebook_preamble()
 
     from labutils.diagnosis import chain
     from labutils.diagnosis.evidence import _chain_of
-    from labutils.kit.inkernel import _chain
     from labutils.runner import notebook
 
     try:
@@ -227,7 +226,8 @@ def test_one_chain_walk_for_the_kernel_the_diagnosis_and_the_notebook_preamble()
             raise RuntimeError("outer") from inner
     except RuntimeError as exc:
         err = exc
-    assert [(type(e).__name__, link) for e, link in _chain(err)] == [("RuntimeError", None), ("ValueError", "cause")]
+    assert [(type(e).__name__, link) for e, link in chain.links(err)] == [("RuntimeError", None),
+                                                                          ("ValueError", "cause")]
     assert [(c.type, c.link) for _, c in _chain_of(err)] == [("RuntimeError", None), ("ValueError", "cause")]
     recs = chain.records(err)
     assert [(r["type"], r["link"], r["message"]) for r in recs] == [("RuntimeError", None, "outer"),

@@ -22,10 +22,13 @@ from typing import Optional, Sequence
 
 from ..diagnosis.diagnose import explain_log
 from ..diagnosis.logread import LogError, read_logs
+from ..runner.spec import add_run_options, whole_number
 
 PROG = "python -m labutils diagnose"
 DEFAULT_STALL = 300.0
 DEFAULT_TIMEOUT = None  # no total limit: a long healthy run is not a hang
+#: run_isolated's options this command takes as they are (the flags and checks of runner.spec's table)
+_RUN_OPTIONS = ("timeout", "memory_budget", "shm_size", "nofile", "max_processes", "start_method")
 
 _EPILOG = """a log: `python -m labutils diagnose --log FILE [FILE ...]` (- for standard input) names the cause
 from the text a job printed, without running anything (see --log --help).
@@ -55,23 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
                 "limits below apply to it only) and name the cause of its DataLoader failure. Options go "
                 "before SCRIPT; everything after SCRIPT is passed to it.", epilog=_EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--stall", metavar="SECONDS", type=_positive("--stall"), default=None,
+    p.add_argument("--stall", metavar="SECONDS", type=float, default=None,
                    help=f"stop the run when no batch is delivered for this long while DataLoader workers are "
                         f"alive, and diagnose a hang with the stacks of the stuck processes (default "
                         f"{DEFAULT_STALL:g}; 0 turns it off)")
-    p.add_argument("--timeout", metavar="SECONDS", type=_positive("--timeout"), default=None,
-                   help="stop the run after this long in total, whatever it is doing (default: no limit)")
-    p.add_argument("--memory-budget", metavar="SIZE", type=_size("--memory-budget"),
-                   help="memory limit of the run (e.g. 600M): the kernel's OOM killer in a cgroup where the "
-                        "OS allows, else the lab's watchdog SIGKILLs any process over it")
-    p.add_argument("--shm-size", metavar="SIZE", type=_size("--shm-size"),
-                   help="run with a private /dev/shm of SIZE (e.g. 8M; Linux, needs mount namespaces)")
-    p.add_argument("--nofile", metavar="N", type=_nofile, help="RLIMIT_NOFILE soft limit of the run")
-    p.add_argument("--max-processes", metavar="N", type=_max_processes,
-                   help="at most N tasks (processes and threads) in the run at once: a pids cgroup where the lab "
-                        "may make one, else RLIMIT_NPROC (not for root)")
-    p.add_argument("--start-method", metavar="METHOD", type=_method,
-                   help="fork, spawn or forkserver for the run's multiprocessing (a notebook's kernel too)")
+    # checked by RunSpec.build, whose error names the flag (a notebook's kernel takes the start method too)
+    add_run_options(p, _RUN_OPTIONS, timeout=DEFAULT_TIMEOUT)
     p.add_argument("--stdin-main", action="store_true",
                    help="run the script as if pasted into a notebook / python - (its __main__ has no file, so "
                         "spawn/forkserver workers cannot import classes defined in it)")
@@ -88,9 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "launcher, every rank and their DataLoader workers; the diagnosis names the "
                               "first failed rank (torchrun's Root Cause block) and its cause")
     tr.add_argument("--torchrun", action="store_true", help="launch SCRIPT with torchrun instead of python")
-    tr.add_argument("--nproc-per-node", metavar="N", type=_count("--nproc-per-node", 1), default=None,
+    tr.add_argument("--nproc-per-node", metavar="N", type=whole_number(1), default=None,
                     help="ranks on this machine (with --torchrun; default 1, as torchrun)")
-    tr.add_argument("--max-restarts", metavar="K", type=_count("--max-restarts", 0), default=None,
+    tr.add_argument("--max-restarts", metavar="K", type=whole_number(0), default=None,
                     help="torchrun's --max-restarts: restart every rank up to K times after a failure "
                          "(with --torchrun; default 0)")
     p.add_argument("script", metavar="SCRIPT", help="a Python script, or a notebook (.ipynb)")
@@ -98,85 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds") from None
-        if value < 0 or (value == 0 and name != "--stall"):
-            raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
-        return value
-
-    return parse
-
-
-def _size(name: str):
-    def parse(text: str) -> str:
-        from ..runner.sizes import parse_size
-
-        try:
-            parse_size(text)
-        except (ValueError, TypeError) as exc:
-            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
-        return text
-
-    return parse
-
-
-def _count(name: str, least: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{value}: must be at least {least}")
-        return value
-
-    parse.__name__ = name
-    return parse
-
-
-def _nofile(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give an integer") from None
-    if value < 16:
-        raise argparse.ArgumentTypeError(f"{value}: must be at least 16 (Python itself needs a few descriptors)")
-    return value
-
-
-def _max_processes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give an integer") from None
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"{value}: must be at least 2 (the run's main process and its threads)")
-    return value
-
-
-def _method(text: str) -> str:
-    if text not in ("fork", "spawn", "forkserver"):
-        raise argparse.ArgumentTypeError(f"{text!r}: use fork, spawn or forkserver")
-    return text
-
-
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     argv = list(argv)
     if not argv:
         raise UsageError("no SCRIPT given")
     return build_parser().parse_args(argv)
-
-
-def _run_supports(name: str) -> bool:
-    import inspect
-
-    from ..runner.isolate import run_isolated
-
-    return name in inspect.signature(run_isolated).parameters
 
 
 def _check_torchrun(args: argparse.Namespace, kind: str) -> None:
@@ -196,20 +114,10 @@ def _check_torchrun(args: argparse.Namespace, kind: str) -> None:
 
 
 def _limits(args: argparse.Namespace) -> dict:
-    kw: dict = {"timeout": args.timeout if args.timeout is not None else DEFAULT_TIMEOUT}
+    kw = {name: getattr(args, name) for name in _RUN_OPTIONS if hasattr(args, name)}  # those given
     stall = DEFAULT_STALL if args.stall is None else args.stall
-    if getattr(args, "torchrun", False):
-        stall = 0  # the ranks' batches are not counted: a stall watch would stop a healthy launch
-    if stall:
-        if _run_supports("stall"):
-            kw["stall"] = stall
-        elif args.stall is not None:
-            raise UsageError("--stall: this runner cannot watch the loader's progress yet (run_isolated has no "
-                             "stall=); use --timeout SECONDS for a total limit")
-    for name in ("memory_budget", "shm_size", "nofile", "start_method", "max_processes"):
-        value = getattr(args, name)
-        if value is not None:
-            kw[name] = value
+    # under torchrun the ranks' batches are not counted: a stall watch would stop a healthy launch
+    kw["stall"] = stall if stall and not args.torchrun else None
     if args.stdin_main:
         kw["notebook_main"] = True
     # one run per command: a warm template would cost this process the same torch import it saves the run
@@ -271,14 +179,21 @@ def _workers(result) -> list:
     return out
 
 
+def _diagnosis_dict(d, optional: tuple) -> dict:
+    """A ``--json`` object's keys from the diagnosis ``d``, with each name of ``optional`` that it has."""
+    out = {"cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
+           "evidence": d.evidence, "source": d.source, "proves": d.proves, "cannot_prove": d.cannot_prove,
+           "decide_with": d.decide_with,
+           "fixes": [{"text": f.text, "notebook": f.notebook, "path": f.path} for f in d.fixes]}
+    out.update({name: getattr(d, name) for name in optional if getattr(d, name, None)})
+    return out
+
+
 def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
-    """The ``--json`` object for a run."""
-    d = result.diagnosis
-    out = {
-        "cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
-        "evidence": d.evidence, "source": d.source, "proves": d.proves, "cannot_prove": d.cannot_prove,
-        "decide_with": d.decide_with,
-        "fixes": [{"text": f.text, "notebook": f.notebook, "path": f.path} for f in d.fixes],
+    """The ``--json`` object for a run: the failing process's place in the tree, the texts the cause does
+    not explain and, under torchrun, the first failed rank with every failure, where there are any."""
+    out = _diagnosis_dict(result.diagnosis, ("process", "unexplained", "tree", "launch"))
+    out.update({
         "outcome": result.outcome, "exit": result.exit_text, "returncode": result.returncode,
         "signal": result.signal, "reason": result.reason,
         "workers": _workers(result),
@@ -292,15 +207,10 @@ def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
         "wall_time": round(result.wall_time, 3),
         "script": script, "args": list(script_args), "options": result.options,
         "stdout": result.stdout, "stderr": result.stderr,
-    }
+    })
     cell = getattr(result, "failing_cell", None)
     if cell is not None or script.endswith(".ipynb"):
         out["cell"] = cell
-    for name in ("process", "unexplained", "tree"):  # the failing process's place in the tree; loose texts
-        if getattr(d, name, None):
-            out[name] = getattr(d, name)
-    if getattr(d, "launch", None) is not None:
-        out["launch"] = d.launch  # torchrun: the first failed rank, its exit code, pid, every failure
     return out
 
 
@@ -351,15 +261,8 @@ def log_parser() -> argparse.ArgumentParser:
 
 def log_report_dict(d, log) -> dict:
     """The ``--json`` object for a log: a run's diagnosis keys, with ``source: "log"`` and what was read."""
-    out = {"cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
-           "evidence": d.evidence, "fixes": [{"text": f.text, "notebook": f.notebook, "path": f.path}
-                                             for f in d.fixes],
-           "source": "log", "proves": d.proves, "cannot_prove": d.cannot_prove, "decide_with": d.decide_with,
-           "files": list(log.names), "bytes_read": log.bytes_read, "lines_read": log.lines_read}
-    for name in ("unexplained", "launch"):
-        if getattr(d, name, None):
-            out[name] = getattr(d, name)
-    return out
+    return {**_diagnosis_dict(d, ("unexplained", "launch")),
+            "files": list(log.names), "bytes_read": log.bytes_read, "lines_read": log.lines_read}
 
 
 def log_main(argv: Sequence[str]) -> int:
@@ -384,16 +287,18 @@ def log_main(argv: Sequence[str]) -> int:
         print("labutils diagnose: interrupted", file=sys.stderr)
         return 130
     d = explain_log(log)
+    _report(json.dumps(log_report_dict(d, log), default=repr) if args.json
+            else f"diagnose --log {' '.join(log.names)}:\n{d}")
+    return 0 if d.cause == "ok" or (d.cause == "unknown" and d.summary.startswith("no DataLoader failure")) else 1
+
+
+def _report(text: str) -> None:
+    """Print the report; a reader that left (``diagnose ... | head``) is not an error of the run."""
     try:
-        if args.json:
-            print(json.dumps(log_report_dict(d, log), default=repr))
-        else:
-            print(f"diagnose --log {' '.join(log.names)}:")
-            print(str(d))
+        print(text)
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0 if d.cause == "ok" or (d.cause == "unknown" and d.summary.startswith("no DataLoader failure")) else 1
 
 
 def _usage_fail(message: str) -> int:
@@ -456,12 +361,6 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
                               "fixes": [], "outcome": result.outcome, "exit": result.exit_text,
                               "workers": [], "memory_limit": getattr(result, "memory_limit", None)}))
         return 2
-    try:
-        if args.json:
-            print(json.dumps(report_dict(result, args.script, args.args), default=repr))
-        else:
-            print(_report_text(result, args.script, args.quiet))
-        sys.stdout.flush()
-    except BrokenPipeError:  # `diagnose ... | head`: the reader left; that is not an error of the run
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _report(json.dumps(report_dict(result, args.script, args.args), default=repr) if args.json
+            else _report_text(result, args.script, args.quiet))
     return 0 if result.diagnosis.cause == "ok" else 1

@@ -26,15 +26,9 @@ COMMANDS = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.print_usage(sys.stderr)
-        self.exit(2, f"labutils: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m labutils", description="DataLoader Crash Lab command line.",
-                     epilog="`python -m labutils COMMAND --help` shows the options of a command.")
+    parser = argparse.ArgumentParser(prog="python -m labutils", description="DataLoader Crash Lab command line.",
+                                     epilog="`python -m labutils COMMAND --help` shows the options of a command.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name, text in COMMANDS.items():
         # add_help=False: the command's own parser answers --help with its own options

@@ -92,36 +92,26 @@ def _table(rows: list) -> str:
     return "\n".join(lines)
 
 
-def _select(only: Optional[str]) -> list:
-    if not only:
-        return list(SCENARIOS.values())
-    names = [n.strip() for n in only.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown:
-        raise KeyError(f"unknown scenario(s): {', '.join(unknown)}; choose from: {', '.join(SCENARIOS)}")
-    return [SCENARIOS[n] for n in names]
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # exit status 2 with a clear line, no traceback
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+def _scenario(name: str) -> Scenario:
+    """An argparse type: the scenario ``name``; an unknown one is a usage error (exit status 2)."""
+    try:
+        return get_scenario(name.strip())
+    except KeyError as exc:
+        raise argparse.ArgumentTypeError(exc.args[0]) from None
 
 
 def tour_main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m labutils tour [--only a,b] [--json] [--list] [--quiet]``."""
-    parser = _Parser(prog="python -m labutils tour",
-                     description="Run every scenario, broken then fixed, and print what was diagnosed.")
-    parser.add_argument("--only", metavar="A,B", help="comma-separated scenario ids")
+    parser = argparse.ArgumentParser(prog="python -m labutils tour",
+                                     description="Run every scenario, broken then fixed, and print what was "
+                                                 "diagnosed.")
+    parser.add_argument("--only", metavar="A,B", help="comma-separated scenario ids",
+                        type=lambda text: [_scenario(name) for name in text.split(",") if name.strip()])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        chosen = _select(args.only)
-    except KeyError as exc:
-        print(f"labutils tour: {exc.args[0]}", file=sys.stderr)
-        return 2
+    chosen = args.only or list(SCENARIOS.values())
     if args.list:
         for sc in chosen:
             print(f"{sc.id:22} {sc.title}  [notebooks/{sc.notebook}.ipynb]")
@@ -156,16 +146,13 @@ def tour_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def run_main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m labutils run SCENARIO``: broken then fixed, with the full evidence of both."""
-    parser = _Parser(prog="python -m labutils run",
-                     description="Run one scenario, broken then fixed, and print the whole evidence.")
-    parser.add_argument("scenario", help="a scenario id (python -m labutils tour --list)")
+    parser = argparse.ArgumentParser(prog="python -m labutils run",
+                                     description="Run one scenario, broken then fixed, and print the whole "
+                                                 "evidence.")
+    parser.add_argument("scenario", type=_scenario, help="a scenario id (python -m labutils tour --list)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        sc = get_scenario(args.scenario)
-    except KeyError as exc:
-        print(f"labutils run: {exc.args[0]}", file=sys.stderr)
-        return 2
+    sc = args.scenario
     results = {}
     for which in ("broken", "fixed"):
         if not args.json:

@@ -2,10 +2,9 @@
 or, unless suppressed, ``__context__`` (raised while handling), first to last, each once.
 
 One home for the walk, used in the kernel (:mod:`labutils.kit.inkernel`), by the diagnosis of a live
-exception (:mod:`labutils.diagnosis.evidence`) and, as source text, by the notebook kernel's preamble
-(:mod:`labutils.runner.notebook`), which runs before labutils can be assumed importable there: so
-this module imports only the standard library. The isolated run's bootstrap keeps its own copy for the
-same reason (it is run by path, see ``runner/bootstrap.py``).
+exception (:mod:`labutils.diagnosis.evidence`) and, loaded by path, by the isolated run's bootstrap and the
+notebook kernel's preamble (``runner/bootstrap.py``, ``runner/kernel_preamble.py``), which run before
+labutils can be assumed importable: so this module imports only the standard library.
 """
 
 import traceback
@@ -24,6 +23,18 @@ def links(exc):
         else:
             exc = None
     return out
+
+
+def loader_iter(excs):
+    """The DataLoader iterator object in the traceback of any exception of ``excs``, if any."""
+    for exc in excs:
+        tb = exc.__traceback__
+        while tb is not None:
+            obj = tb.tb_frame.f_locals.get("self")
+            if obj is not None and type(obj).__name__.endswith("DataLoaderIter"):
+                return obj
+            tb = tb.tb_next
+    return None
 
 
 def records(exc):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..machine import probes
+from ..runner import startmethod
 from . import messages as vocab
 from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
 from .decide import (
@@ -30,7 +30,7 @@ def _run_method(facts: _Facts) -> Optional[str]:
     opts = facts.options or {}
     method = opts.get("start_method") or opts.get("lab_default_start_method")
     if not method:
-        method = (facts.env or {}).get("LABUTILS_START_METHOD") or probes.default_start_method()
+        method = (facts.env or {}).get("LABUTILS_START_METHOD") or startmethod.current()
     return method
 
 _CARRIERS = ("ProcessRaisedException", "_RemoteTraceback")

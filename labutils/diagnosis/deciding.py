@@ -7,8 +7,6 @@ cause here has the question its evidence may leave open and the command that ans
 
 from __future__ import annotations
 
-from typing import Optional
-
 SCRIPT = "python -m labutils diagnose SCRIPT"
 
 #: cause -> (what the text alone cannot prove, the command that decides it on the job's machine)
@@ -38,7 +36,3 @@ def open_question(cause: str, confidence: str) -> tuple:
         return "", None
     what, command = OPEN.get(cause, ("the cause: nothing in the record decides it", SCRIPT))
     return what, command
-
-
-def deciding_command(cause: str) -> Optional[str]:
-    return OPEN.get(cause, ("", SCRIPT))[1]

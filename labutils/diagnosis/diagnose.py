@@ -47,7 +47,6 @@ from .children import _child_decides, _child_diagnosis, _child_verdicts, _descri
 from .decide import _decide, _summary
 from .evidence import (
     _batches,
-    _Exc,
     _Facts,
     _facts_from_exception,
     _facts_from_result,
@@ -63,8 +62,6 @@ from .model import Diagnosis, _fixes, environment_probes
 from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import build_tree
-
-_ = (_Exc, _fixes)  # imported from here by tests and older code
 
 
 # =========================================================================== explain

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from ..machine import probes
+from ..runner import startmethod
 from . import messages as vocab
 from .chain import links as _chain_links
+from .chain import loader_iter
 
 # =========================================================================== frames: whose code raised it
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
@@ -353,18 +355,6 @@ def _facts_from_result(result) -> _Facts:
     return facts
 
 
-def _find_loader_iter(excs: Iterable[BaseException]):
-    """The DataLoader iterator object in the traceback of any exception of the chain, if any."""
-    for exc in excs:
-        tb = exc.__traceback__
-        while tb is not None:
-            obj = tb.tb_frame.f_locals.get("self")
-            if obj is not None and type(obj).__name__.endswith("DataLoaderIter"):
-                return obj
-            tb = tb.tb_next
-    return None
-
-
 def _facts_from_exception(exc: BaseException) -> _Facts:
     facts = _Facts(source="exception", outcome="failed")
     pairs = _chain_of(exc)
@@ -372,7 +362,7 @@ def _facts_from_exception(exc: BaseException) -> _Facts:
     facts.notes.append("explained from the exception chain and this process's environment only: worker "
                        "stderr and the exit codes of workers that are gone are not available here "
                        "(run it with labutils.run_isolated or `python -m labutils diagnose` for those)")
-    it = _find_loader_iter([e for e, _ in pairs])
+    it = loader_iter([e for e, _ in pairs])
     if it is not None:
         workers = list(getattr(it, "_workers", []) or [])
         method = None
@@ -384,7 +374,7 @@ def _facts_from_exception(exc: BaseException) -> _Facts:
             facts.workers.append(_Worker(getattr(w, "pid", None), code))
             method = method or getattr(type(w), "_start_method", None)
         if workers and method is None:  # the default context: its Process class names no method
-            method = probes.default_start_method()
+            method = startmethod.current()
         ds = getattr(it, "_dataset", None)
         facts.live_dataset = ds
         ds_module = type(ds).__module__ if ds is not None else None
@@ -420,10 +410,6 @@ def _through_loader(e: _Exc) -> Optional[bool]:
     if any(f[0].replace("\\", "/").endswith("torch/multiprocessing/reductions.py") for f in e.frames):
         return True  # torch's tensor sharing between processes: the IPC every DataLoader batch goes through
     return "loader" in e.kinds or worker_death_kind(e) == "race"
-
-
-def _is_echo_of_death(e: _Exc) -> bool:
-    return worker_death_kind(e) in ("died", "race", "pin")
 
 
 # =========================================================================== stderr, by who printed it

@@ -18,6 +18,8 @@ import re
 import signal
 from typing import Optional
 
+from ..runner.result import signal_name  # SIGKILL for 9; 'signal N' for a number with no name
+
 # --------------------------------------------------------------------------- a worker's death
 #: the status check's generic line: ``DataLoader worker (pid(s) 12, 13) exited unexpectedly``
 DIED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
@@ -67,7 +69,6 @@ MAIN_ATTR = re.compile(r"Can't get attribute '([^']+)' on <module '(__main__|__m
 STDIN_MAIN = re.compile(r"No such file or directory: '[^']*<stdin>'")
 PICKLE = re.compile(r"cannot pickle|can't pickle|Can't get local object|pickle error|"
                     r"attribute lookup .* failed|is not picklable|PicklingError", re.I)
-PICKLE_WARNING = re.compile(r"Got pickle error when attempting to start a worker Process")
 TORCH_WARNING = re.compile(r"^(\S*/torch/utils/data/\S+\.py):\d+: (\w+Warning): (.*)$", re.M)
 
 #: /dev/shm really short: the kernel's or torch's words for it (PyTorch's bus-error hint "out of shared
@@ -112,14 +113,6 @@ NATIVE_SIGNALS = frozenset(int(s) for s in (signal.SIGSEGV, signal.SIGFPE, signa
                                             signal.SIGTRAP, signal.SIGSYS))
 
 
-def signal_name(num: int) -> str:
-    """``SIGKILL`` for 9; ``signal N`` for a number this platform has no name for."""
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
 def signal_word(num: int) -> str:
     """What PyTorch's handler prints for signal ``num`` (``Killed`` for 9): ``signal.strsignal``'s words."""
     return signal.strsignal(num) or signal_name(num)
@@ -150,11 +143,3 @@ def worker_pids(text: str) -> list:
             if p and int(p) not in pids:
                 pids.append(int(p))
     return pids
-
-
-def torch_segment_pid(name: str) -> Optional[int]:
-    """The pid in a ``/dev/shm`` name PyTorch gives a batch's segment (``torch_<pid>_<n>_<k>``), else None."""
-    parts = (name or "").split("_")
-    if name.startswith("torch_") and len(parts) > 2 and parts[1].isdigit():
-        return int(parts[1])
-    return None

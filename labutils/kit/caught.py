@@ -12,24 +12,15 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, Optional
 
+from ..diagnosis.chain import links
+
 __all__ = ["caught", "chain"]
 
 
 def chain(exc: Optional[BaseException]) -> list:
     """``[{"type", "message"}, ...]`` for ``exc`` and each ``__cause__``/``__context__`` below it, outermost
     first (JSON-able, for :func:`labutils.emit`); ``[]`` for None."""
-    out: list = []
-    seen: set = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        out.append({"type": type(exc).__name__, "message": str(exc)})
-        if exc.__cause__ is not None:
-            exc = exc.__cause__
-        elif exc.__context__ is not None and not exc.__suppress_context__:
-            exc = exc.__context__
-        else:
-            exc = None
-    return out
+    return [{"type": type(one).__name__, "message": str(one)} for one, _ in links(exc)]
 
 
 def caught(run: Any, records: Optional[list]) -> SimpleNamespace:

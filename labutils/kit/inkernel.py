@@ -10,9 +10,8 @@ it checks an isolated run's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
-from ..diagnosis.chain import links as _chain_links
+from ..diagnosis.chain import links, loader_iter
 from ..runner.result import ExceptionInfo, ProcessInfo
 
 
@@ -33,21 +32,6 @@ class KernelRun:
         return "\n".join(str(e) for e in self.exceptions)
 
 
-def _chain(exc: BaseException) -> list:
-    return _chain_links(exc)
-
-
-def _loader_iter(excs) -> Optional[object]:
-    for exc in excs:
-        tb = exc.__traceback__
-        while tb is not None:
-            obj = tb.tb_frame.f_locals.get("self")
-            if obj is not None and type(obj).__name__.endswith("DataLoaderIter"):
-                return obj
-            tb = tb.tb_next
-    return None
-
-
 def kernel_run(exc: BaseException) -> KernelRun:
     """Record ``exc`` (raised by a DataLoader in this process) and the workers of its iterator.
 
@@ -58,10 +42,10 @@ def kernel_run(exc: BaseException) -> KernelRun:
     """
     import multiprocessing
 
-    pairs = _chain(exc)
+    pairs = links(exc)
     record = KernelRun(exceptions=[ExceptionInfo(type(e).__name__, str(e), type(e).__module__, link)
                                    for e, link in pairs])
-    it = _loader_iter([e for e, _ in pairs])
+    it = loader_iter([e for e, _ in pairs])
     if it is None:
         return record
     method = None

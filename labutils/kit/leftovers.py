@@ -12,7 +12,8 @@ works), and not a diff of the machine's /dev/shm (neighbours' files come and go 
 
 from __future__ import annotations
 
-from ..diagnosis.messages import EXIT_JOIN_RAISED, torch_segment_pid
+from ..diagnosis.messages import EXIT_JOIN_RAISED
+from ..runner.ownership import torch_segment_pid
 
 #: :func:`left_behind` of a run that PyTorch and the OS cleaned up after.
 NOTHING = {"files": [], "unended_workers": []}

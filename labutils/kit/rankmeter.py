@@ -65,13 +65,10 @@ class RunShmMeter(PollingMeter):
             self.runs_seen.add((int(pid), ticks))
         return ours
 
-    def sample(self) -> int:
+    def read(self) -> int:
         listing = [name for name in os.listdir("/proc") if name.isdigit()]
         self._known = {pid: self._known[pid] for pid in listing if pid in self._known}
-        total = held_shm([pid for pid in listing if self._ours(pid)])
-        self.peak_total = max(self.peak_total, total)
-        self.samples += 1
-        return total
+        return held_shm([pid for pid in listing if self._ours(pid)])
 
     def __str__(self) -> str:
         if not self.supported:

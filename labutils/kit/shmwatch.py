@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..runner import isolate, startmethod
+from ..runner.ownership import torch_segment_pid
 from ..runner.sizes import format_size
 from .shmfiles import SHM_PATH, maps_extents, shm_root
 
@@ -86,7 +87,8 @@ def shm_total(path: str = SHM_PATH) -> int:
 class PollingMeter(threading.Thread):
     """A daemon thread that calls :meth:`sample` every ``interval`` seconds until :meth:`stop` (which takes
     one last sample) and keeps the peak in ``peak_total``; a context manager. Where ``supported`` is False
-    it starts no thread and :meth:`stop` gives None. Subclasses set ``supported`` and define ``sample``."""
+    it starts no thread and :meth:`stop` gives None. Subclasses set ``supported`` and define ``read``, the
+    value of one sample."""
 
     supported = False
 
@@ -100,8 +102,14 @@ class PollingMeter(threading.Thread):
     def peak(self) -> Optional[int]:
         return self.peak_total
 
-    def sample(self) -> int:
+    def read(self) -> int:
         raise NotImplementedError
+
+    def sample(self) -> int:
+        value = self.read()
+        self.peak_total = max(self.peak_total, value)
+        self.samples += 1
+        return value
 
     def start(self) -> None:
         if self.supported:
@@ -155,11 +163,8 @@ class PeakMeter(PollingMeter):
         """Highest use seen, minus the use when the meter was created (None where unsupported)."""
         return None if not self.supported else self.peak_total - self.baseline
 
-    def sample(self) -> int:
-        used = shm_used(self.path)
-        self.peak_total = max(self.peak_total, used)
-        self.samples += 1
-        return used
+    def read(self) -> int:
+        return shm_used(self.path)
 
     def __str__(self) -> str:
         if not self.supported:
@@ -375,6 +380,8 @@ def leaked_shm(before: set, path: str = SHM_PATH, grace: float = 10.0, poll: flo
 
 
 def _unused_new(before: set, path: str) -> set:
+    import psutil
+
     new = shm_names(path) - set(before)
     if not new:
         return set()
@@ -385,24 +392,11 @@ def _unused_new(before: set, path: str) -> set:
             inode = os.stat(os.path.join(path, name)).st_ino
         except OSError:
             continue  # gone already
-        if inode in mapped:
+        pid = torch_segment_pid(name)
+        if inode in mapped or (pid is not None and psutil.pid_exists(pid)):  # mapped, or its maker lives
             continue
-        if name.startswith("torch_"):
-            pid = name.split("_")[1]
-            if pid.isdigit() and _pid_alive(int(pid)):
-                continue
         leaked.add(name)
     return leaked
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def refuse_private_mounts(plan_: ShmPlan) -> bool:
@@ -453,10 +447,7 @@ def remove_files_of(pids, path: str = SHM_PATH) -> list:
             continue
     removed = []
     for name in sorted(shm_names(path)):
-        parts = name.split("_")
-        if not (name.startswith("torch_") and len(parts) > 2 and parts[1].isdigit()):
-            continue
-        born = started.get(int(parts[1]))
+        born = started.get(torch_segment_pid(name))
         full = os.path.join(path, name)
         try:
             if born is None or os.stat(full).st_mtime < born - 0.02:

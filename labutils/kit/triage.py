@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from ..runner.result import signal_name
+
 _CHILD = r"""
 import importlib, json, sys
 module, _, name = sys.argv[1].partition(":")
@@ -48,10 +50,7 @@ def _how(returncode: Optional[int]) -> str:
     if returncode is None:
         return "hang"
     if returncode < 0:
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
+        return signal_name(-returncode)
     return f"exit code {returncode}"
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import io
 import os
-import signal as _signal
 import threading
 import time
 from typing import Optional
+
+from ..runner.result import signal_name
 
 __all__ = ["LiveRecorder", "death_text", "render_png"]
 
@@ -23,18 +24,11 @@ MIB = 1024 * 1024
 MAX_POINTS = 400  # per line drawn: keeps a redraw fast however long the run
 
 
-def _signame(num: int) -> str:
-    try:
-        return _signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
 def death_text(event: dict, label: str = "") -> str:
     """``worker 1 died: SIGKILL (by watchdog)`` from one ``on_event`` record."""
     who = label or f"{event.get('role', 'process')} {event.get('pid')}"
     if event.get("signal"):
-        how = _signame(int(event["signal"]))
+        how = signal_name(int(event["signal"]))
     elif event.get("exitcode") is not None:
         how = f"exit code {event['exitcode']}"
     else:

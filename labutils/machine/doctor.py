@@ -17,7 +17,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
+from ..runner import startmethod
 from ..runner.sizes import format_size, parse_size
+from ..runner.spec import whole_number
 from . import probes
 
 __all__ = ["CheckResult", "DoctorReport", "doctor", "doctor_main", "shm_budget"]
@@ -153,7 +155,7 @@ _MEANING = {
 
 
 def _check_start_method(planned: Optional[str]) -> CheckResult:
-    default = probes.default_start_method()
+    default = startmethod.current()
     available = multiprocessing.get_all_start_methods()
     method = planned or default
     if method not in available:
@@ -478,7 +480,7 @@ def doctor(
     """
     t0 = time.perf_counter()
     torch = probes.torch_info(import_torch)
-    method = start_method or probes.default_start_method()
+    method = start_method or startmethod.current()
     shm = probes.shm_usage() if sys.platform not in ("darwin", "win32") else None
     checks = [
         _check_python(),
@@ -511,29 +513,16 @@ def _size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _int_arg(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="labutils doctor",
         description="Preflight of this machine for PyTorch DataLoader workers. Exit code 0 when no check "
                     "FAILs, 1 when one does, 2 for a bad option.",
     )
-    p.add_argument("--num-workers", type=_int_arg(0), metavar="N", help="planned DataLoader num_workers")
+    p.add_argument("--num-workers", type=whole_number(0), metavar="N", help="planned DataLoader num_workers")
     p.add_argument("--batch-bytes", type=_size_arg, metavar="B",
                    help="bytes of one collated batch, e.g. 12M or 3145728 (K/M/G are 1024-based)")
-    p.add_argument("--prefetch-factor", type=_int_arg(1), default=2, metavar="P",
+    p.add_argument("--prefetch-factor", type=whole_number(1), default=2, metavar="P",
                    help="planned prefetch_factor (default 2)")
     p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"], metavar="M",
                    help="planned start method: fork, spawn or forkserver (default: the platform's)")

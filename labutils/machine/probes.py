@@ -21,19 +21,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-from ..runner import cgroupfs, procfs
+import psutil
+
+from ..runner import cgroupfs, procfs, startmethod
 
 SHM_PATH = "/dev/shm"
-
-
-# --------------------------------------------------------------------------- files
-def read_text(path: str) -> Optional[str]:
-    """The stripped text of a small file, or None when it cannot be read."""
-    try:
-        with open(path) as fh:
-            return fh.read().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 # --------------------------------------------------------------------------- /dev/shm
@@ -90,20 +82,14 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-def open_fds(pid: Optional[int] = None) -> Optional[int]:
-    """Open descriptors of a process (this one by default)."""
-    dirs = (f"/proc/{pid}/fd",) if pid else ("/proc/self/fd", "/dev/fd")
-    for d in dirs:
+def open_fds() -> Optional[int]:
+    """Open descriptors of this process; None where they cannot be listed."""
+    for d in ("/proc/self/fd", "/dev/fd"):
         try:
-            return len(os.listdir(d)) - (0 if pid else 1)  # listdir's own descriptor
+            return len(os.listdir(d)) - 1  # listdir's own descriptor
         except OSError:
             continue
-    try:
-        import psutil
-
-        return psutil.Process(pid).num_fds()
-    except Exception:  # noqa: BLE001 - optional probe
-        return None
+    return None
 
 
 def nofile_limits() -> Optional[tuple]:
@@ -115,10 +101,10 @@ def nofile_limits() -> Optional[tuple]:
     return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-def meminfo(read=read_text) -> dict:
+def meminfo() -> dict:
     """/proc/meminfo in bytes (MemTotal, MemAvailable, ...); {} elsewhere."""
     out = {}
-    for line in (read("/proc/meminfo") or "").splitlines():
+    for line in (cgroupfs.read_file("/proc/meminfo") or "").splitlines():
         key, _, rest = line.partition(":")
         parts = rest.split()
         if parts and parts[0].isdigit():
@@ -127,33 +113,12 @@ def meminfo(read=read_text) -> dict:
 
 
 def memory() -> tuple:
-    """(total_bytes, available_bytes) of the machine; (None, None) when unknown."""
-    try:
-        import psutil
-
-        vm = psutil.virtual_memory()
-        return vm.total, vm.available
-    except Exception:  # noqa: BLE001 - fall back to /proc/meminfo
-        info = meminfo()
-        return info.get("MemTotal"), info.get("MemAvailable")
+    """(total_bytes, available_bytes) of the machine."""
+    vm = psutil.virtual_memory()
+    return vm.total, vm.available
 
 
 # --------------------------------------------------------------------------- start method and __main__
-def default_start_method() -> str:
-    """The start method a DataLoader gets when none is set, without fixing the default context."""
-    current = multiprocessing.get_start_method(allow_none=True)
-    if current:
-        return current
-    try:  # the name the default context would use (private, so guarded)
-        from multiprocessing import context
-
-        return context._default_context._default_context._name  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001
-        if sys.platform in ("darwin", "win32"):
-            return "spawn"
-        return "forkserver" if sys.version_info >= (3, 14) else "fork"
-
-
 def main_importable(main: Any = None) -> bool:
     """True when a spawn/forkserver child can re-import ``__main__``: it must be a real file.
 
@@ -327,7 +292,7 @@ def environment_lines(options: Optional[dict] = None, iters: Optional[list] = No
         sm = f"start method of the run: {options['start_method']}"
     else:
         chosen = multiprocessing.get_start_method(allow_none=True)
-        sm = f"start method: {chosen or default_start_method()}" + ("" if chosen else " (platform default)")
+        sm = f"start method: {chosen or startmethod.current()}" + ("" if chosen else " (platform default)")
     lines.append(sm)
     for it in (iters or [])[:1]:
         parts = [f"{k}={it.get(k)}" for k in ("num_workers", "batch_size", "prefetch_factor", "timeout",

@@ -43,11 +43,12 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 
 
-def _by_path(name: str):
-    """A module of this folder, loaded by path (importing the package would cost the run its start-up)."""
+def _by_path(name: str, folder: str = ""):
+    """A module of this folder (or of ``folder`` beside it), loaded by path (importing the package would cost
+    the run its start-up)."""
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), folder)
     spec = importlib.util.spec_from_file_location("_labutils_" + name, os.path.join(here, name + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -55,10 +56,11 @@ def _by_path(name: str):
 
 
 _rd = _by_path("rundir")  # the run directory's file names
+#: type, message, link and traceback of an exception and every ``__cause__``/``__context__`` below it
+_chain = _by_path("chain", os.path.join(os.pardir, "diagnosis")).records
 RUN_DIR = sys.argv[1]
 MAIN_PID = os.getpid()
 _started = []  # BaseProcess objects started by the main process
-_PROGRESS_EVERY = 0.25  # seconds between two progress records of one iterator
 
 
 def _join_cgroup(procs_file: str) -> None:
@@ -86,27 +88,6 @@ def _append(name: str, record: dict) -> None:
             fh.write(json.dumps(record, default=repr) + "\n")
     except OSError:  # the run dir may be gone when a straggler writes late
         pass
-
-
-def _chain(exc: BaseException) -> list:
-    """Type, message and link of the exception and every ``__cause__``/``__context__`` below it.
-
-    The same walk and records as ``labutils/diagnosis/chain.py`` (their one home for everything else):
-    this copy stays because the bootstrap is run by path, before labutils can be imported, and each
-    import costs every run its start-up time."""
-    out, seen, link = [], set(), None
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False))
-        out.append({"type": type(exc).__qualname__, "module": type(exc).__module__,
-                    "message": str(exc), "link": link, "traceback": tb[-6000:]})
-        if exc.__cause__ is not None:
-            exc, link = exc.__cause__, "cause"
-        elif exc.__context__ is not None and not exc.__suppress_context__:
-            exc, link = exc.__context__, "context"
-        else:
-            exc = None
-    return out
 
 
 def _record_exit_of(popen_class) -> None:
@@ -162,79 +143,15 @@ def _track_processes() -> None:
     process.BaseProcess.start = start
 
 
-def _patch_dataloader(module) -> None:
-    """Record every DataLoader iterator's creation, errors and progress (``loader.jsonl``)."""
-    base = module._BaseDataLoaderIter
-    original_next, original_init = base.__next__, base.__init__
-    original_iter = module.DataLoader.__iter__
-    counter = [0]
-
-    def __iter__(self):
-        try:
-            return original_iter(self)
-        except BaseException as exc:
-            if os.getpid() == MAIN_PID:
-                _append(_rd.LOADER, {"event": "init_error", "t": time.time(), "chain": _chain(exc)})
-            raise
-
-    def __init__(self, loader, *a, **kw):
-        original_init(self, loader, *a, **kw)
-        if os.getpid() != MAIN_PID:
-            return
-        counter[0] += 1
-        self._labutils_iter, self._labutils_batches, self._labutils_last = counter[0], 0, 0.0
-        ctx = getattr(loader, "multiprocessing_context", None)
-        try:
-            import torch.multiprocessing as tmp
-            strategy = tmp.get_sharing_strategy()
-            method = ctx.get_start_method() if ctx is not None else tmp.get_start_method()
-        except Exception:  # noqa: BLE001 - evidence is best effort
-            strategy = method = None
-        _append(_rd.LOADER, {
-            "event": "iter", "t": time.time(), "iter": counter[0], "num_workers": loader.num_workers,
-            "timeout": loader.timeout, "start_method": method, "sharing_strategy": strategy,
-            "pin_memory": loader.pin_memory, "persistent_workers": loader.persistent_workers,
-            "prefetch_factor": loader.prefetch_factor, "batch_size": loader.batch_size,
-            "dataset": type(loader.dataset).__module__ + "." + type(loader.dataset).__qualname__,
-        })
-
-    def _progress(self, now: float) -> None:
-        self._labutils_last = now
-        _append(_rd.LOADER, {"event": "progress", "t": now, "batches": self._labutils_batches,
-                                 "iter": self._labutils_iter})
-
-    def __next__(self):
-        try:
-            data = original_next(self)
-        except StopIteration:
-            if getattr(self, "_labutils_iter", None) is not None:
-                _progress(self, time.time())
-            raise
-        except BaseException as exc:
-            if os.getpid() == MAIN_PID:
-                _append(_rd.LOADER, {"event": "error", "t": time.time(), "chain": _chain(exc)})
-                if getattr(self, "_labutils_iter", None) is not None:
-                    _progress(self, time.time())
-            raise
-        if getattr(self, "_labutils_iter", None) is not None:
-            self._labutils_batches += 1
-            now = time.time()
-            if now - self._labutils_last >= _PROGRESS_EVERY:
-                _progress(self, now)
-        return data
-
-    base.__init__, base.__next__ = __init__, __next__
-    module.DataLoader.__iter__ = __iter__
-    _watch_sigchld()
-
-
 def _watch_dataloader() -> None:
-    """Wrap DataLoader iterators when torch.utils.data.dataloader is imported (no import here)."""
+    """Record every DataLoader iterator's creation, errors and progress (``loader.jsonl``), from when
+    torch.utils.data.dataloader is imported (no import here)."""
     import _labutils_child
 
     def patch(module):
         try:
-            _patch_dataloader(module)
+            _labutils_child.watch_loaders(module, lambda record: _append(_rd.LOADER, record), _chain, MAIN_PID)
+            _watch_sigchld()
         except Exception as exc:  # noqa: BLE001 - never break the learner's import
             _append(_rd.LOADER, {"event": "patch_failed", "error": repr(exc)})
 

@@ -33,10 +33,6 @@ from .cgroupfs import creator_tag, own_cgroup, proc_cgroups, read_file, unified_
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-#: a lab group's name: ``labutils-{run,pids,probe}-PID.TICKS-HEX`` (the creator's identity, then a nonce)
-GROUP_PREFIXES = ("labutils-run-", "labutils-pids-", "labutils-probe-")
-
-
 def _keyed(text: Optional[str]) -> dict:
     out = {}
     for line in (text or "").splitlines():
@@ -183,39 +179,40 @@ def _child_group(version: int, parent: str, limit: int) -> tuple:
             return None, (f"cgroup v2: the memory controller is not enabled for children of {parent}; a "
                           "cgroup that holds processes (this one holds the lab) cannot enable it, and the lab "
                           "writes no cgroup file but its own run's")
-    name = f"labutils-run-{creator_tag()}-{uuid.uuid4().hex[:8]}"
-    directory = os.path.join(parent, name)
+    # no swap either, where the kernel has the file: the limit is the memory, as on a server
+    files = [("memory.limit_in_bytes", str(limit)), ("memory.memsw.limit_in_bytes", str(limit))] if version == 1 \
+        else [("memory.max", str(limit)), ("memory.swap.max", "0")]
+    return make_child(parent, "run", version, limit, files)
+
+
+def make_child(parent: str, kind: str, version: int, limit: int, files: list) -> tuple:
+    """``(RunCgroup, None)`` for a new lab cgroup ``labutils-KIND-<creator>-<nonce>`` under ``parent`` whose
+    first ``(file, value)`` of ``files`` holds ``limit`` (read back), the others written where the kernel
+    has them; else ``(None, reason)``, and the directory is removed again."""
+    directory = os.path.join(parent, f"labutils-{kind}-{creator_tag()}-{uuid.uuid4().hex[:8]}")
     try:
         os.mkdir(directory)
     except OSError as exc:
         return None, f"cannot create a child cgroup under {parent}: {exc.strerror}"
-    try:
-        if version == 1:
-            write_file(os.path.join(directory, "memory.limit_in_bytes"), str(limit))
-            files = ["memory.limit_in_bytes"]
-            memsw = os.path.join(directory, "memory.memsw.limit_in_bytes")
-            if os.path.exists(memsw):
-                write_file(memsw, str(limit))  # no swap either: the limit is the memory, as on a server
-                files.append("memory.memsw.limit_in_bytes")
-            mechanism = "cgroup v1 child " + " + ".join(files)
-        else:
-            write_file(os.path.join(directory, "memory.max"), str(limit))
-            files = ["memory.max"]
-            swap = os.path.join(directory, "memory.swap.max")
-            if os.path.exists(swap):
-                write_file(swap, "0")
-                files.append("memory.swap.max")
-            mechanism = "cgroup v2 child " + " + ".join(files)
-    except OSError as exc:
+    written = []
+    for name, value in files:
+        path = os.path.join(directory, name)
+        if written and not os.path.exists(path):
+            continue
         try:
-            os.rmdir(directory)
-        except OSError:
-            pass
-        return None, f"cannot set a memory limit on a child cgroup under {parent}: {exc.strerror}"
-    group = RunCgroup("child", version, directory, limit, mechanism)
+            write_file(path, value)
+        except OSError as exc:
+            try:
+                os.rmdir(directory)
+            except OSError:
+                pass
+            return None, f"cannot set {name} on a child cgroup under {parent}: {exc.strerror}"
+        written.append(name)
+    group = RunCgroup("child", version, directory, limit, f"cgroup v{version} child " + " + ".join(written),
+                      limit_file=files[0][0])
     if not group.verify():
         group.remove()
-        return None, f"a child cgroup under {parent} does not hold the limit: {group.why}"
+        return None, f"a child cgroup under {parent} does not hold {files[0][0]}: {group.why}"
     return group, None
 
 

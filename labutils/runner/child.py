@@ -12,6 +12,8 @@ standard library, and nothing heavy.
   ``RUN_DIR/created_shm.jsonl`` with its inode, so the runner removes only files its run created;
 * :func:`record_temp_dirs`: the same for multiprocessing's ``/tmp/pymp-*`` folder (``created_tmp.jsonl``).
 * :func:`run`: the target a DataLoader worker runs instead of its own: the two hooks, then the real one.
+* :func:`when_imported` and :func:`watch_loaders`: the main process's records of its DataLoader iterators,
+  for the bootstrap and (loaded by path) the notebook kernel's preamble alike.
 """
 
 from __future__ import annotations
@@ -97,6 +99,83 @@ class _AfterImport:
 
         spec.loader.exec_module = exec_module
         return spec
+
+
+PROGRESS_EVERY = 0.25  # seconds between two progress records of one iterator
+
+
+def watch_loaders(module, record, chain, main_pid: int) -> None:
+    """Wrap the iterators of ``module`` (``torch.utils.data.dataloader``) so that the process ``main_pid``
+    records each one's creation (``iter``), its progress (batches delivered: at most about four records a
+    second, plus a last one) and every exception that escapes ``iter(loader)`` (``init_error``) or
+    ``next()`` (``error``), even one the script catches: ``record(dict)`` takes each record, ``chain(exc)``
+    gives an exception's chain as records."""
+    base = module._BaseDataLoaderIter
+    original_next, original_init = base.__next__, base.__init__
+    original_iter = module.DataLoader.__iter__
+    counter = [0]
+
+    def __iter__(self):
+        try:
+            return original_iter(self)
+        except BaseException as exc:
+            if os.getpid() == main_pid:
+                record({"event": "init_error", "t": time.time(), "chain": chain(exc)})
+            raise
+
+    def __init__(self, loader, *a, **kw):
+        original_init(self, loader, *a, **kw)
+        if os.getpid() != main_pid:
+            return
+        counter[0] += 1
+        self._labutils_iter, self._labutils_batches, self._labutils_last = counter[0], 0, 0.0
+        record(_iter_record(loader, counter[0]))
+
+    def progress(self, now: float) -> None:
+        self._labutils_last = now
+        record({"event": "progress", "t": now, "batches": self._labutils_batches, "iter": self._labutils_iter})
+
+    def __next__(self):
+        watched = getattr(self, "_labutils_iter", None) is not None
+        try:
+            data = original_next(self)
+        except StopIteration:
+            if watched:
+                progress(self, time.time())
+            raise
+        except BaseException as exc:
+            if os.getpid() == main_pid:
+                record({"event": "error", "t": time.time(), "chain": chain(exc)})
+                if watched:
+                    progress(self, time.time())
+            raise
+        if watched:
+            self._labutils_batches += 1
+            now = time.time()
+            if now - self._labutils_last >= PROGRESS_EVERY:
+                progress(self, now)
+        return data
+
+    base.__init__, base.__next__ = __init__, __next__
+    module.DataLoader.__iter__ = __iter__
+
+
+def _iter_record(loader, number: int) -> dict:
+    """The ``iter`` record of a new iterator: the loader's settings, start method and sharing strategy."""
+    ctx = getattr(loader, "multiprocessing_context", None)
+    try:
+        import torch.multiprocessing as tmp
+
+        strategy = tmp.get_sharing_strategy()
+        method = ctx.get_start_method() if ctx is not None else tmp.get_start_method()
+    except Exception:  # noqa: BLE001 - evidence is best effort
+        strategy = method = None
+    dataset = type(loader.dataset)
+    return {"event": "iter", "t": time.time(), "iter": number, "num_workers": loader.num_workers,
+            "timeout": loader.timeout, "start_method": method, "sharing_strategy": strategy,
+            "pin_memory": loader.pin_memory, "persistent_workers": loader.persistent_workers,
+            "prefetch_factor": loader.prefetch_factor, "batch_size": loader.batch_size,
+            "dataset": dataset.__module__ + "." + dataset.__qualname__}
 
 
 def record_semaphores(run_dir: str) -> None:

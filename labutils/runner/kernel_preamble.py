@@ -9,8 +9,6 @@ importable in the kernel, and importing it would cost every notebook its start-u
 """
 
 import faulthandler
-import importlib.abc
-import importlib.machinery
 import json
 import multiprocessing
 import os
@@ -23,9 +21,10 @@ from multiprocessing import process
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _rd = types.SimpleNamespace(**runpy.run_path(os.path.join(_HERE, "rundir.py")))  # the run directory's names
-#: labutils/diagnosis/chain.py, the one copy of the exception-chain walk
+#: labutils/diagnosis/chain.py, the one home of the exception-chain walk
 _chain = runpy.run_path(os.path.join(_HERE, os.pardir, "diagnosis", "chain.py"))["records"]
-_PROGRESS_EVERY = 0.25  # seconds between two progress records of one iterator
+#: labutils/runner/child.py: the DataLoader iterators' records, as the bootstrap makes them for a script
+_child = runpy.run_path(os.path.join(_HERE, "child.py"))
 
 
 class _Evidence:
@@ -36,7 +35,6 @@ class _Evidence:
         self.run_dir = os.environ["LABUTILS_RUN_DIR"]
         self.main_pid = os.getpid()
         self.started: list = []
-        self.iterators = 0
 
     def append(self, name: str, record: dict, folder=None) -> None:
         try:
@@ -79,90 +77,6 @@ def _record_starts(ev: _Evidence) -> None:
     process.BaseProcess.start = start
 
 
-def _iter_record(loader, number: int) -> dict:
-    ctx = getattr(loader, "multiprocessing_context", None)
-    try:
-        method = ctx.get_start_method() if ctx is not None else multiprocessing.get_start_method()
-    except Exception:  # noqa: BLE001 - a context of any kind: the method is unknown
-        method = None
-    dataset = type(loader.dataset)
-    return {"event": "iter", "t": time.time(), "iter": number, "num_workers": loader.num_workers,
-            "timeout": loader.timeout, "start_method": method, "batch_size": loader.batch_size,
-            "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory,
-            "dataset": dataset.__module__ + "." + dataset.__qualname__}
-
-
-def _patch(module, ev: _Evidence) -> None:
-    """Record each DataLoader iterator, its batches and the exceptions that escape it."""
-    base = module._BaseDataLoaderIter
-    original_next, original_init = base.__next__, base.__init__
-    original_iter = module.DataLoader.__iter__
-
-    def __iter__(self):
-        try:
-            return original_iter(self)
-        except BaseException as exc:
-            ev.loader({"event": "init_error", "t": time.time(), "chain": _chain(exc)})
-            raise
-
-    def __init__(self, loader, *a, **kw):
-        original_init(self, loader, *a, **kw)
-        ev.iterators += 1
-        self._lab_iter, self._lab_batches, self._lab_last = ev.iterators, 0, 0.0
-        ev.loader(_iter_record(loader, ev.iterators))
-
-    def progress(self):
-        self._lab_last = time.time()
-        ev.loader({"event": "progress", "t": self._lab_last, "iter": self._lab_iter, "batches": self._lab_batches})
-
-    def __next__(self):
-        try:
-            data = original_next(self)
-        except StopIteration:
-            if hasattr(self, "_lab_iter"):
-                progress(self)
-            raise
-        except BaseException as exc:
-            ev.loader({"event": "error", "t": time.time(), "chain": _chain(exc)})
-            if hasattr(self, "_lab_iter"):
-                progress(self)
-            raise
-        if hasattr(self, "_lab_iter"):
-            self._lab_batches += 1
-            if time.time() - self._lab_last >= _PROGRESS_EVERY:
-                progress(self)
-        return data
-
-    module.DataLoader.__iter__ = __iter__
-    base.__init__, base.__next__ = __init__, __next__
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patch ``torch.utils.data.dataloader`` as it is imported (the kernel has not imported torch yet)."""
-
-    def __init__(self, ev: _Evidence):
-        self.ev = ev
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "torch.utils.data.dataloader":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_original = spec.loader.exec_module
-
-        def exec_module(module):
-            exec_original(module)
-            try:
-                _patch(module, self.ev)
-            except Exception as exc:  # noqa: BLE001 - a torch this does not fit: said, not fatal
-                self.ev.append(_rd.LOADER, {"event": "patch_failed", "error": repr(exc)})
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def install(shell) -> None:
     """Start recording in this kernel (``shell``: its InteractiveShell)."""
     ev = _Evidence()
@@ -172,10 +86,14 @@ def install(shell) -> None:
     if method:
         multiprocessing.set_start_method(method, force=True)
     _record_starts(ev)
-    if "torch.utils.data.dataloader" in sys.modules:
-        _patch(sys.modules["torch.utils.data.dataloader"], ev)
-    else:
-        sys.meta_path.insert(0, _Finder(ev))
+
+    def patch(module):
+        try:
+            _child["watch_loaders"](module, ev.loader, _chain, ev.main_pid)
+        except Exception as exc:  # noqa: BLE001 - a torch this does not fit: said, not fatal
+            ev.append(_rd.LOADER, {"event": "patch_failed", "error": repr(exc)})
+
+    _child["when_imported"]("torch.utils.data.dataloader", patch)
 
     def post_run_cell(result):
         err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)

@@ -11,11 +11,9 @@ from typing import Optional
 
 from . import rundir as _rd
 from .procfs import (
-    _decode_status,
     _descendants,
     _num_fds,
     _oom_score,
-    _psutil,
     _rollup,
     _rss,
     _status_kb,
@@ -113,8 +111,8 @@ class Monitor(threading.Thread):
         return "other"
 
     # ------------------------------------------------------------------ one tick
-    def _tick(self, psutil) -> bool:
-        tree = _descendants(self.pid, psutil)
+    def _tick(self) -> bool:
+        tree = _descendants(self.pid)
         for pid in tree[1:]:
             self.procs.adopt(pid)
         self._read_logs()
@@ -126,10 +124,7 @@ class Monitor(threading.Thread):
             if self.cgroup.verified and self.cgroup.kind == "systemd":
                 self.budget = None  # its memory.max reads the limit: the kernel enforces it from now on
         self._check_output()
-        if self.cgroup is not None:
-            count = self.cgroup.oom_kills()
-            if count is not None:
-                self._oom_count = count
+        self._count_oom_kills()
         need_full = self.budget is not None or self.detail or self.on_sample is not None
         alive_now, charged, rows = set(), 0, []
         for proc in list(self.procs.known.values()):
@@ -189,7 +184,8 @@ class Monitor(threading.Thread):
                                "pss": roll["Pss"] if roll else None, "basis": "summed PSS of the run"})
 
     def _died(self, proc, wall: float) -> None:
-        exitcode, sig = _decode_status(zombie_status(proc.pid))
+        status = zombie_status(proc.pid)  # a zombie's wait status: it exited or a signal ended it
+        exitcode, sig = split_exitcode(None if status is None else os.waitstatus_to_exitcode(status))
         if exitcode is None and sig is None:
             if proc.pid not in self.exit_codes:  # reaped already: the main process's record may follow
                 self._pending[proc.pid] = (proc, wall, time.monotonic() + 1.0)
@@ -268,12 +264,11 @@ class Monitor(threading.Thread):
         """Tick until stopped. A tick that raises is recorded in ``errors`` and the watch goes on; after
         :data:`MAX_TICK_ERRORS` in a row it stops, and where it was the memory enforcer it stops the run
         too (fails closed: a budget nobody watches is no budget)."""
-        psutil = _psutil()
         interval = self.interval if self.on_sample is None else min(self.interval, 0.25)
         in_a_row = 0
         while not self.stop.is_set():
             try:
-                self._tick(psutil)
+                self._tick()
                 in_a_row = 0
             except Exception as exc:  # noqa: BLE001 - one bad tick must not end the watch
                 in_a_row += 1
@@ -288,15 +283,18 @@ class Monitor(threading.Thread):
                     return
             self.stop.wait(interval)
 
+    def _count_oom_kills(self) -> None:
+        """The kernel's OOM kills in the run's memory cgroup so far (its ``memory.events``), where it has one."""
+        count = self.cgroup.oom_kills() if self.cgroup is not None else None
+        if count is not None:
+            self._oom_count = count
+
     def finish(self) -> None:
         """A last look after the main process ended (deaths, logs), from the caller's thread."""
         self.stop.set()
         self.join(timeout=5)
         self._read_logs()
-        if self.cgroup is not None:
-            count = self.cgroup.oom_kills()
-            if count is not None:
-                self._oom_count = count
+        self._count_oom_kills()
         wall = time.time()
         for pid in list(self._alive):
             proc = self.procs.known.get(pid)

@@ -11,6 +11,7 @@ from typing import Optional
 
 from .isolate import run_isolated
 from .result import ExceptionInfo, ProcessInfo, RunResult
+from .spec import option
 
 __all__ = ["run_notebook"]
 
@@ -21,7 +22,7 @@ _RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notebook_run
 # =========================================================================== notebooks
 def run_notebook(path: str, kw: dict, interval: float):
     """Execute the notebook in a Jupyter kernel inside an isolated run; a RunResult of the kernel's evidence."""
-    start_method = kw.pop("start_method", None)
+    start_method = option("start_method").check("start_method", kw.pop("start_method", None))  # the kernel's
     config = json.dumps({"path": os.path.abspath(path), "start_method": start_method})
     outer = run_isolated(file=_RUNNER, argv=[config], sample_interval=interval,
                          cwd=os.path.dirname(os.path.abspath(path)) or None, **kw)

@@ -13,12 +13,14 @@ import threading
 import time
 from typing import Mapping, Optional, Sequence
 
+import psutil
+
 from . import capabilities as _caps
 from . import procs as _procs
 from . import rundir as _rd
 from . import warm as _warm
 from .cgroupfs import own_cgroup
-from .procfs import _psutil, start_ticks, start_wall, stat_fields
+from .procfs import start_ticks, start_wall, stat_fields
 
 _SHM = "/dev/shm"
 
@@ -28,6 +30,14 @@ def shm_entries() -> set:
         return set(os.listdir(_SHM))
     except OSError:
         return set()
+
+
+def torch_segment_pid(name: str) -> Optional[int]:
+    """The pid in a ``/dev/shm`` name PyTorch gives a batch's segment (``torch_<pid>_<n>_<k>``), else None."""
+    parts = (name or "").split("_")
+    if name.startswith("torch_") and len(parts) > 2 and parts[1].isdigit():
+        return int(parts[1])
+    return None
 
 
 def owned_shm(before: set, recorded: Mapping[str, Optional[int]], procs_by_pid: Mapping[int, int]) -> list:
@@ -49,12 +59,10 @@ def owned_shm(before: set, recorded: Mapping[str, Optional[int]], procs_by_pid: 
         if name in recorded:
             if recorded[name] is None or recorded[name] == st.st_ino:
                 owned.append(name)
-        elif name.startswith("torch_"):
-            parts = name.split("_")
-            if len(parts) > 2 and parts[1].isdigit() and int(parts[1]) in procs_by_pid:
-                ticks = procs_by_pid[int(parts[1])]
-                if ticks is not None and min(st.st_ctime, st.st_mtime) >= start_wall(ticks) - 0.02:
-                    owned.append(name)
+        elif torch_segment_pid(name) in procs_by_pid:
+            ticks = procs_by_pid[torch_segment_pid(name)]
+            if ticks is not None and min(st.st_ctime, st.st_mtime) >= start_wall(ticks) - 0.02:
+                owned.append(name)
     return sorted(owned)
 
 
@@ -127,7 +135,6 @@ def find_strays() -> list:
     and removes its own runs' processes by identity, and a pid listed here may be gone or reused by the
     time it is read.
     """
-    psutil = _psutil()
     strays = []
     me = os.getuid()
     for proc in psutil.process_iter(["pid"]):

@@ -17,11 +17,10 @@ Both count threads as well as processes (the kernel counts tasks). Where neither
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Optional
 
-from .cgroup import RunCgroup
-from .cgroupfs import creator_tag, own_cgroup, read_file, write_file
+from .cgroup import RunCgroup, make_child
+from .cgroupfs import own_cgroup, read_file
 
 #: The smallest allowance: the run's main process and its few threads must start.
 MIN_MAX_PROCESSES = 2
@@ -39,24 +38,7 @@ def _child_group(limit: int) -> tuple:
     version, parent = _own_pids_cgroup()
     if version is None:
         return None, parent
-    directory = os.path.join(parent, f"labutils-pids-{creator_tag()}-{uuid.uuid4().hex[:8]}")
-    try:
-        os.mkdir(directory)
-    except OSError as exc:
-        return None, f"cannot create a child cgroup under {parent}: {exc.strerror}"
-    try:
-        write_file(os.path.join(directory, "pids.max"), str(limit))
-    except OSError as exc:
-        try:
-            os.rmdir(directory)
-        except OSError:
-            pass
-        return None, f"cannot set pids.max on a child cgroup under {parent}: {exc.strerror}"
-    group = RunCgroup("child", version, directory, limit, f"cgroup v{version} child pids.max", limit_file="pids.max")
-    if not group.verify():
-        group.remove()
-        return None, f"a child cgroup under {parent} does not hold pids.max: {group.why}"
-    return group, None
+    return make_child(parent, "pids", version, limit, [("pids.max", str(limit))])
 
 
 def user_tasks(uid: int) -> int:

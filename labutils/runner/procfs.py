@@ -7,14 +7,7 @@ import os
 import time
 from typing import Optional
 
-
-def _psutil():
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is in requirements.txt
-        return None
-    return psutil
-
+import psutil
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -111,7 +104,7 @@ def _num_fds(pid: int) -> Optional[int]:
     return n or None  # a live Python process holds at least stdin/stdout/stderr
 
 
-def _descendants(root: int, psutil=None) -> list:
+def _descendants(root: int) -> list:
     """``root`` and every process below it, from ``/proc/PID/task/TID/children`` (cheap: only the run's
     processes are read), or from psutil's scan of every process where that file does not exist."""
     out, frontier, seen = [], [root], {root}
@@ -127,7 +120,7 @@ def _descendants(root: int, psutil=None) -> list:
                 with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
                     kids = fh.read().split()
             except FileNotFoundError:
-                if pid == root and not os.path.exists(f"/proc/{pid}/task/{tid}/children") and psutil:
+                if pid == root and not os.path.exists(f"/proc/{pid}/task/{tid}/children"):
                     try:
                         return [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
                     except (psutil.NoSuchProcess, psutil.ZombieProcess):
@@ -148,12 +141,3 @@ def split_exitcode(code: Optional[int]) -> tuple:
     if code is None:
         return None, None
     return (None, -code) if code < 0 else (code, None)
-
-
-def _decode_status(status: Optional[int]) -> tuple:
-    """A wait status as ``(exitcode, signal)``; ``(None, None)`` when unknown."""
-    if status is None:
-        return None, None
-    if status & 0x7F:
-        return None, status & 0x7F
-    return (status >> 8) & 0xFF, None

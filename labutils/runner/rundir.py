@@ -76,8 +76,12 @@ def read_json(path: str, cap: int = JSONL_CAP) -> object:
 
 def read_jsonl(path: str, cap: int = JSONL_CAP) -> list:
     """The records of a JSON-lines file ([] where missing); a line that is not JSON is skipped."""
+    return _records(read_text(path, cap).splitlines())
+
+
+def _records(lines) -> list:
     out = []
-    for line in read_text(path, cap).splitlines():
+    for line in lines:
         try:
             out.append(json.loads(line))
         except ValueError:
@@ -123,13 +127,7 @@ class Tail:
         data = self.partial + data
         lines = data.split(b"\n")
         self.partial = lines.pop()
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return _records(lines)
 
 
 class RunRecords(namedtuple("RunRecords", "procs created_shm created_tmp loader_events emitted final exc value")):

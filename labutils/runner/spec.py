@@ -518,6 +518,21 @@ def add_run_options(parser, names: Optional[Iterable[str]] = None, **defaults) -
         parser.add_argument(row.flag, **kw)
 
 
+def whole_number(least: int) -> Callable[[str], int]:
+    """An argparse type for a front end's own counts: a whole number of at least ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+
+    return parse
+
+
 def run_options(namespace: argparse.Namespace) -> dict:
     """The run_isolated keywords in a namespace parsed with :func:`add_run_options`:
     ``run_isolated(file=args.script, **run_options(args))``."""

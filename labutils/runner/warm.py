@@ -91,13 +91,6 @@ def runner_mark() -> str:
     return f"{me}.{_procs.start_ticks(me)}"
 
 
-def launcher_setting(value: Optional[str]) -> str:
-    chosen = value if value is not None else os.environ.get(LAUNCHER_ENV, "auto")
-    if chosen not in LAUNCHERS:
-        raise ValueError(f"launcher={chosen!r}: use one of {', '.join(LAUNCHERS)} (or unset {LAUNCHER_ENV})")
-    return chosen
-
-
 def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: bool, python: str,
             process_limit: bool = False, source: Optional[str] = None) -> Optional[str]:
     """Why this run must start cold, or None when the template may start it."""
