@@ -46,6 +46,36 @@ def test_the_log_of_each_broken_scenario_names_the_runs_cause(cause, lab_start_m
     assert not why, f"{sc.broken}: {why}\n{log}\n--- log tail\n{text[-3000:]}"
 
 
+#: the whole stderr of oom_killed_broken.py under forkserver (2026-12-06, this machine): the status check's
+#: generic line, nothing about the kill; the run's own record (the cgroup's oom_kill) named oom_killed, high
+FORKSERVER_OOM = """Traceback (most recent call last):
+  File "/x/torch/utils/data/dataloader.py", line 1291, in _try_get_data
+    data = self._data_queue.get(timeout=timeout)
+  File "/usr/lib/python3.11/multiprocessing/queues.py", line 114, in get
+    raise Empty
+_queue.Empty
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/x/labutils/scenarios/oom_killed_broken.py", line 40, in <module>
+    means = [batch.mean().item() for batch in loader]
+  File "/x/torch/utils/data/dataloader.py", line 1304, in _try_get_data
+    raise RuntimeError(
+RuntimeError: DataLoader worker (pid(s) 13666) exited unexpectedly
+"""
+
+
+def test_a_generic_death_in_a_log_names_the_oom_killer_as_what_to_check_first():
+    log = explain("epoch 0: 25 batches\n\n" + FORKSERVER_OOM)
+    assert log.confidence != "high" and "oom_killed" in log.cannot_prove and "dmesg" in log.decide_with, log
+    assert agrees({"cause": "oom_killed", "confidence": "high"}, log) == ""
+    # a worker's own exit code in the text decides it: no memory question then
+    coded = explain(FORKSERVER_OOM.replace("(pid(s) 13666) exited unexpectedly", "(pid 13666) exited unexpectedly "
+                                           "with exit code 3. Details are lost due to multiprocessing."))
+    assert "oom_killed" not in (coded.cannot_prove or ""), coded
+
+
 def test_agreement_is_checked_both_ways():
     """The check itself can fail: another cause, or more confidence than the run had."""
     run = {"cause": "native_crash", "confidence": "medium"}

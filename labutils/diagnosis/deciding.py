@@ -29,6 +29,13 @@ OPEN: dict = {
 }
 
 
+#: a worker's death named only by the status check's generic line (no exit code, no signal: forkserver and
+#: spawn workers are not the main process's children, and the OOM killer's SIGKILL reads the same): memory first
+GENERIC_DEATH = ("how the worker ended: the generic message carries no exit status; most often it is a SIGKILL "
+                 "by the kernel's OOM killer (oom_killed), else the worker's own exit (worker_exit) or another "
+                 "signal", OPEN["oom_killed"][1])
+
+
 def open_question(cause: str, confidence: str) -> tuple:
     """``(what cannot be proved, deciding command)`` for a cause not decided with high confidence, else
     ``("", None)``; the command is the re-run under the lab where no sharper one exists."""

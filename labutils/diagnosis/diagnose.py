@@ -35,7 +35,7 @@ from typing import Optional
 
 from . import messages as vocab
 from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix
-from .deciding import SCRIPT, open_question
+from .deciding import GENERIC_DEATH, SCRIPT, open_question
 from .fromlog import cut_before_its_error, facts_from_text, memory_words, reruns_main
 from .logread import LogText, read_text
 
@@ -237,6 +237,9 @@ def _log_caps(d: Diagnosis, mine: list, memory: list, log: LogText, loose: list)
         d.confidence = "low"
     if d.confidence != "high":
         d.cannot_prove, d.decide_with = open_question(d.cause, d.confidence)
+        if d.cause == "worker_exit" and vocab.DIED.search(log.text) and not (
+                vocab.KILLED.search(log.text) or vocab.EXIT_CODE.search(log.text)):
+            d.cannot_prove, d.decide_with = GENERIC_DEATH
     d.evidence = d.evidence + _read_lines(log)
     return d
 

@@ -42,13 +42,17 @@ import os  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 
+#: this file: its frames are dropped from the tracebacks a run reports (read once: at the teardown the
+#: module's ``__file__`` may be gone)
+_HERE = os.path.abspath(__file__)
+
 
 def _by_path(name: str, folder: str = ""):
     """A module of this folder (or of ``folder`` beside it), loaded by path (importing the package would cost
     the run its start-up)."""
     import importlib.util
 
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), folder)
+    here = os.path.join(os.path.dirname(_HERE), folder)
     spec = importlib.util.spec_from_file_location("_labutils_" + name, os.path.join(here, name + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -273,6 +277,7 @@ def main() -> None:
     # again over the run's choice (it does in the interpreters this one starts)
     _by_path("startmethod").mark_decided()
     _follow_imports()
+    sys.unraisablehook = _Unraisable(sys.unraisablehook)
     _run_target(cfg)
 
 
@@ -418,10 +423,9 @@ def _run_target(cfg: dict) -> None:
 def _own_frames_dropped(tb):
     """The traceback without this file's entries: the frames that run the script (above its first one) and
     the wrappers around DataLoader methods (among PyTorch's), none of which ``python script.py`` has."""
-    here = os.path.abspath(__file__)
     head = prev = None
     while tb is not None:
-        if os.path.abspath(tb.tb_frame.f_code.co_filename) != here:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) != _HERE:
             if prev is None:
                 head = tb
             else:
@@ -472,6 +476,22 @@ def _uncaught(exc: BaseException) -> None:
         raise exc
     del exc, tb
     raise SystemExit(1)
+
+
+class _Unraisable:
+    """``sys.unraisablehook`` with this file's frames dropped first, as :func:`_uncaught` does for the
+    script's own exception: an exception Python reports as ignored (in an exit handler, a ``__del__``) can
+    pass through the lab's recorders (multiprocessing's wait, PyTorch's SIGCHLD check), which
+    ``python script.py`` does not have. The chain is edited in place; the hook it wraps prints it."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def __call__(self, unraisable):
+        if unraisable.exc_value is not None:
+            _without_own_frames(unraisable.exc_value)
+        _own_frames_dropped(unraisable.exc_traceback)  # its head is the handler's frame, never this file's
+        self.hook(unraisable)
 
 
 class _Silent:

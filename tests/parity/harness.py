@@ -151,7 +151,7 @@ def prepare(case: Case, root: Path) -> Path:
     return script
 
 
-_PID = re.compile(r"\b(pid[ =:(]*|process )\d+", re.IGNORECASE)
+_PID = re.compile(r"\b(pid[ =:(]*|process |parent=)\d+", re.IGNORECASE)
 _ADDR = re.compile(r"0x[0-9a-fA-F]{4,}")
 _LABTMP = re.compile(r"/tmp/(labutils-[\w.-]+|pymp-\w+)")
 _SHMNAME = re.compile(r"^shm-name: (\S+)$", re.MULTILINE)
