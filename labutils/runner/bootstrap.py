@@ -45,6 +45,9 @@ import traceback  # noqa: E402
 #: this file: its frames are dropped from the tracebacks a run reports (read once: at the teardown the
 #: module's ``__file__`` may be gone)
 _HERE = os.path.abspath(__file__)
+#: the lab's files whose frames a run's reported tracebacks leave out: this one, and the copy of child.py
+#: whose wrappers sit around the DataLoader iterator's methods (added once it is imported)
+_OWN = {_HERE}
 
 
 def _by_path(name: str, folder: str = ""):
@@ -264,6 +267,7 @@ def main() -> None:
     sys.path.append(os.path.join(RUN_DIR, _rd.PY))  # _labutils_child, also for spawn/forkserver workers
     import _labutils_child
 
+    _OWN.add(os.path.abspath(_labutils_child.__file__))
     _labutils_child.register_stacks(RUN_DIR)
     _labutils_child.record_semaphores(RUN_DIR)
     _labutils_child.record_temp_dirs(RUN_DIR)
@@ -421,11 +425,12 @@ def _run_target(cfg: dict) -> None:
 
 
 def _own_frames_dropped(tb):
-    """The traceback without this file's entries: the frames that run the script (above its first one) and
-    the wrappers around DataLoader methods (among PyTorch's), none of which ``python script.py`` has."""
+    """The traceback without the lab's entries (:data:`_OWN`): the frames that run the script (above its
+    first one) and the wrappers around DataLoader methods (among PyTorch's), none of which ``python
+    script.py`` has."""
     head = prev = None
     while tb is not None:
-        if os.path.abspath(tb.tb_frame.f_code.co_filename) != _HERE:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) not in _OWN:
             if prev is None:
                 head = tb
             else:

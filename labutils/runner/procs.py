@@ -218,7 +218,7 @@ class RunProcesses:
         for _round in range(2):
             self.sweep()
             for proc in self.living():
-                if not proc.helper:
+                if not proc.helper and not self._became_helper(proc):
                     if proc.pid != self.leader:
                         self.stopped.add(proc.pid)
                     self.send(proc, signal.SIGKILL)
@@ -245,6 +245,17 @@ class RunProcesses:
             time.sleep(0.02)
             left = [p for p in left if self.alive(p)]
         return [p.pid for p in left if p.pid != self.leader]
+
+    @staticmethod
+    def _became_helper(proc) -> bool:
+        """Is ``proc`` a helper after all? One adopted between its fork and its exec carried its parent's name
+        (torch_shm_manager is exec'd by a worker; on a loaded machine the window is long), so its name is
+        read again before it is taken for a process to kill (its pidfd or start time keeps it the same
+        process)."""
+        name, helper = _identify(proc.pid)
+        if helper:
+            proc.name, proc.helper = name, True
+        return helper
 
     def close(self) -> None:
         with self.lock:

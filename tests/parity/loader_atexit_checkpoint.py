@@ -13,8 +13,10 @@ def save():
     print("checkpoint saved:", sorted(torch.load("ckpt.pt")), flush=True)
 
 
-atexit.register(save)
 if __name__ == "__main__":
+    # registered under the guard: at the top level, spawn workers (which import the script) register it too,
+    # and their exits write the same file at once (a corrupt read under python as under the lab, a race)
+    atexit.register(save)
     data = TensorDataset(torch.ones(8, 2))
     for (x,) in DataLoader(data, batch_size=4, num_workers=2):
         model(x).sum().backward()
