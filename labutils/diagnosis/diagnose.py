@@ -59,6 +59,7 @@ from .evidence import (
     worker_death_kind,
 )
 from .model import Diagnosis, _fixes, environment_probes
+from .pickling import find_unpicklable
 from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import build_tree
@@ -306,8 +307,6 @@ def _status_lines(facts: _Facts) -> list:
 
 def _blockers(dataset) -> list:
     try:
-        from .pickling import find_unpicklable
-
         found = find_unpicklable(dataset, "dataset")
     except Exception as exc:  # noqa: BLE001
         return [f"find_unpicklable failed: {exc!r}"]
