@@ -24,10 +24,6 @@ DEFERRED = {"torch", "ipywidgets", "IPython", "nbclient"}
 ALLOWED_INNER = {("labutils", "*"), ("labutils.commands.main", "*")}
 #: what is not moved yet: ("circle" | "up" | "inner", module, imported module)
 KNOWN = {
-    ('inner', 'labutils.commands.diagnose', 'labutils.runner.isolate'),
-    ('inner', 'labutils.commands.diagnose', 'labutils.runner.notebook'),
-    ('inner', 'labutils.commands.diagnose', 'labutils.runner.torchrun'),
-    ('inner', 'labutils.commands.tour', 'labutils.runner.isolate'),
     ('inner', 'labutils.kit.bench10', 'labutils.kit.throughput'),
     ('inner', 'labutils.kit.fixes', 'labutils.diagnosis.diagnose'),
     ('inner', 'labutils.lab', 'labutils.lab.widget'),
