@@ -33,12 +33,8 @@ KNOWN = {
     ('inner', 'labutils.lab.layout', 'labutils.lab.chart'),
     ('inner', 'labutils.lab.widget', 'labutils.diagnosis.causes'),
     ('inner', 'labutils.lab.widget', 'labutils.scenarios'),
-    ('inner', 'labutils.machine.preflight', 'labutils.machine.doctor'),
-    ('inner', 'labutils.machine.preflight', 'labutils.runner.isolate'),
-    ('inner', 'labutils.machine.preflight', 'labutils.scenarios'),
     ('inner', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
     ('up', 'labutils.kit.bench10', 'labutils'),
-    ('up', 'labutils.machine.preflight', 'labutils.scenarios'),
     ('up', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
 }
 
