@@ -24,7 +24,6 @@ DEFERRED = {"torch", "ipywidgets", "IPython", "nbclient"}
 ALLOWED_INNER = {("labutils", "*"), ("labutils.commands.main", "*")}
 #: what is not moved yet: ("circle" | "up" | "inner", module, imported module)
 KNOWN = {
-    ('inner', 'labutils.kit.bench10', 'labutils.kit.throughput'),
     ('inner', 'labutils.kit.fixes', 'labutils.diagnosis.diagnose'),
     ('inner', 'labutils.lab', 'labutils.lab.widget'),
     ('inner', 'labutils.lab.challenges', 'labutils.runner.isolate'),
@@ -34,7 +33,6 @@ KNOWN = {
     ('inner', 'labutils.lab.widget', 'labutils.diagnosis.causes'),
     ('inner', 'labutils.lab.widget', 'labutils.scenarios'),
     ('inner', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
-    ('up', 'labutils.kit.bench10', 'labutils'),
     ('up', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
 }
 
