@@ -26,12 +26,6 @@ ALLOWED_INNER = {("labutils", "*"), ("labutils.commands.main", "*")}
 KNOWN = {
     ('inner', 'labutils.kit.fixes', 'labutils.diagnosis.diagnose'),
     ('inner', 'labutils.lab', 'labutils.lab.widget'),
-    ('inner', 'labutils.lab.challenges', 'labutils.runner.isolate'),
-    ('inner', 'labutils.lab.game', 'labutils.lab.challenges'),
-    ('inner', 'labutils.lab.layout', 'labutils.lab.challenges'),
-    ('inner', 'labutils.lab.layout', 'labutils.lab.chart'),
-    ('inner', 'labutils.lab.widget', 'labutils.diagnosis.causes'),
-    ('inner', 'labutils.lab.widget', 'labutils.scenarios'),
     ('inner', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
     ('up', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
 }
