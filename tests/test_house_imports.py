@@ -26,8 +26,6 @@ ALLOWED_INNER = {("labutils", "*"), ("labutils.commands.main", "*")}
 KNOWN = {
     ('inner', 'labutils.kit.fixes', 'labutils.diagnosis.diagnose'),
     ('inner', 'labutils.lab', 'labutils.lab.widget'),
-    ('inner', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
-    ('up', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
 }
 
 
