@@ -24,7 +24,6 @@ DEFERRED = {"torch", "ipywidgets", "IPython", "nbclient"}
 ALLOWED_INNER = {("labutils", "*"), ("labutils.commands.main", "*")}
 #: what is not moved yet: ("circle" | "up" | "inner", module, imported module)
 KNOWN = {
-    ('inner', 'labutils.kit.fixes', 'labutils.diagnosis.diagnose'),
     ('inner', 'labutils.lab', 'labutils.lab.widget'),
 }
 
