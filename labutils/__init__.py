@@ -23,6 +23,7 @@ import importlib
 import os
 import sys
 
+from . import _lazy
 from .runner import startmethod
 
 #: name -> the module (below this package) that defines it
@@ -51,6 +52,17 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted({*__all__, *_PACKAGES})
+
+
+def _explain(result):
+    """:func:`labutils.diagnosis.diagnose.explain`, imported on first use: what ``RunResult.diagnosis`` calls
+    (the runner, below the diagnosis, asks for it through :func:`labutils._lazy.explain`, which is set here)."""
+    from .diagnosis.diagnose import explain
+
+    return explain(result)
+
+
+_lazy.explain = _explain
 
 
 def load_ipython_extension(ipython) -> None:

@@ -1,5 +1,6 @@
 """Submodules on first use (PEP 562): ``labutils.kit.measure.shm_left(...)`` works after a plain ``import
-labutils``, and a package's ``__init__`` imports nothing until a name is asked for."""
+labutils``, and a package's ``__init__`` imports nothing until a name is asked for. Also the one piece of
+work a layer hands down to the record below it, loaded on first use: a run's diagnosis (:func:`explain`)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,14 @@ def submodule_getattr(package: str):
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def explain(result):
+    """The diagnosis of a :class:`~labutils.runner.result.RunResult`, which its ``diagnosis`` property asks for.
+
+    The record does not analyse itself, and the runner that builds it sits below the diagnosis, so it never
+    imports it: the package's face (``labutils/__init__.py``, which Python imports before any module of the
+    package) puts :func:`labutils.diagnosis.diagnose.explain` here, imported on its first use. This stand-in
+    only says that nothing was put here.
+    """
+    raise RuntimeError("no diagnosis is attached to RunResult: labutils/__init__.py attaches it on import")

@@ -864,13 +864,13 @@ def test_a_staged_sigkill_is_not_called_memory_by_an_old_kernel_log_line():
 
     r = result(exceptions=died(100, "DataLoader worker (pid 100) is killed by signal: Killed."),
                workers=workers(-9, 0), loader_events=[{**ITER, "t": 5000.0}], wall_time=2.0)
-    from labutils.diagnosis import evidence
+    from labutils.diagnosis import gather
 
-    real = evidence.probes.kernel_oom_record
-    evidence.probes.kernel_oom_record = record
+    real = gather.probes.kernel_oom_record
+    gather.probes.kernel_oom_record = record
     try:
         d = explain(r)
     finally:
-        evidence.probes.kernel_oom_record = real
+        gather.probes.kernel_oom_record = real
     assert calls and calls[0] == 5000.0 - 2.0 - 1.0, calls
     assert d.cause == "oom_killed" and d.confidence == "low" and "nothing recorded says" in d.summary, d.summary

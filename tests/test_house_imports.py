@@ -24,34 +24,7 @@ DEFERRED = {"torch", "ipywidgets", "IPython", "nbclient"}
 ALLOWED_INNER = {("labutils", "*"), ("labutils.commands.main", "*")}
 #: what is not moved yet: ("circle" | "up" | "inner", module, imported module)
 KNOWN = {
-    ('inner', 'labutils.commands.diagnose', 'labutils.runner.isolate'),
-    ('inner', 'labutils.commands.diagnose', 'labutils.runner.notebook'),
-    ('inner', 'labutils.commands.diagnose', 'labutils.runner.torchrun'),
-    ('inner', 'labutils.commands.tour', 'labutils.runner.isolate'),
-    ('inner', 'labutils.diagnosis.diagnose', 'labutils.diagnosis.pickling'),
-    ('inner', 'labutils.kit.bench10', 'labutils.kit.throughput'),
-    ('inner', 'labutils.kit.deaths', 'labutils.kit.measure'),
-    ('inner', 'labutils.kit.fixes', 'labutils.diagnosis.diagnose'),
-    ('inner', 'labutils.kit.measure', 'labutils.runner.channel'),
     ('inner', 'labutils.lab', 'labutils.lab.widget'),
-    ('inner', 'labutils.lab.challenges', 'labutils.runner.isolate'),
-    ('inner', 'labutils.lab.game', 'labutils.lab.challenges'),
-    ('inner', 'labutils.lab.layout', 'labutils.lab.challenges'),
-    ('inner', 'labutils.lab.layout', 'labutils.lab.chart'),
-    ('inner', 'labutils.lab.widget', 'labutils.diagnosis.causes'),
-    ('inner', 'labutils.lab.widget', 'labutils.scenarios'),
-    ('inner', 'labutils.machine.doctor', 'labutils.runner.capabilities'),
-    ('inner', 'labutils.machine.preflight', 'labutils.machine.doctor'),
-    ('inner', 'labutils.machine.preflight', 'labutils.runner.isolate'),
-    ('inner', 'labutils.machine.preflight', 'labutils.scenarios'),
-    ('inner', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
-    ('inner', 'labutils.runner.warm', 'labutils.runner.capabilities'),
-    ('inner', 'labutils.runner.warm', 'labutils.runner.procs'),
-    ('inner', 'labutils.runner.warm', 'labutils.runner.rundir'),
-    ('inner', 'labutils.scenarios', 'labutils.kit.budget'),
-    ('up', 'labutils.kit.bench10', 'labutils'),
-    ('up', 'labutils.machine.preflight', 'labutils.scenarios'),
-    ('up', 'labutils.runner.result', 'labutils.diagnosis.diagnose'),
 }
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import labutils
-from labutils.machine import preflight as pf
+from labutils.commands import preflight as pf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFUSING_UNSHARE = '#!/bin/sh\necho "unshare: unshare failed: Operation not permitted" >&2\nexit 1\n'

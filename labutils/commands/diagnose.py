@@ -22,7 +22,10 @@ from typing import Optional, Sequence
 
 from ..diagnosis.diagnose import explain_log
 from ..diagnosis.logread import LogError, read_logs
+from ..runner.isolate import IsolationError, run_isolated
+from ..runner.notebook import run_notebook
 from ..runner.spec import add_run_options, whole_number
+from ..runner.torchrun import run_torchrun
 
 PROG = "python -m labutils diagnose"
 DEFAULT_STALL = 300.0
@@ -330,19 +333,13 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:  # argparse's own --help inside the options
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
 
-    from ..runner.isolate import IsolationError, run_isolated
-
     # The monitor only needs to sample often when it enforces a memory budget; otherwise a slower
     # pace keeps the CPU it takes from the script (on 2 cores) out of the measured overhead.
     interval = 0.05 if "memory_budget" in kw else 0.5
     try:
         if kind == "notebook":
-            from ..runner.notebook import run_notebook
-
             result = run_notebook(args.script, kw, interval)
         elif args.torchrun:
-            from ..runner.torchrun import run_torchrun
-
             result = run_torchrun(args.script, args.args, nproc_per_node=args.nproc_per_node or 1,
                                   max_restarts=args.max_restarts or 0, sample_interval=interval, **kw)
         else:

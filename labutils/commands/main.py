@@ -47,7 +47,7 @@ def _dispatch(command: str, rest: list) -> int:
 
         return diagnose_main(rest)
     if command == "preflight":
-        from ..machine.preflight import preflight_main
+        from .preflight import preflight_main
 
         return preflight_main(rest)
     if command == "cheatsheet":

@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from ..runner.isolate import run_isolated
 from ..scenarios import SCENARIOS, RunOptions, Scenario, get_scenario
 
 __all__ = ["RunOptions", "Scenario", "SCENARIOS", "get_scenario", "run_scenario", "tour_main", "run_main"]
@@ -25,8 +26,6 @@ __all__ = ["RunOptions", "Scenario", "SCENARIOS", "get_scenario", "run_scenario"
 
 def run_scenario(scenario, which: str):
     """Run the broken or fixed script of a scenario isolated; returns the RunResult."""
-    from ..runner.isolate import run_isolated
-
     sc = get_scenario(scenario) if isinstance(scenario, str) else scenario
     return run_isolated(file=sc.path(which), **sc.options(which).kwargs())
 

@@ -37,6 +37,7 @@ from . import messages as vocab
 from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix
 from .deciding import GENERIC_DEATH, SCRIPT, open_question
 from .fromlog import cut_before_its_error, facts_from_text, memory_words, reruns_main
+from .gather import facts_from_exception, facts_from_result
 from .logread import LogText, read_text
 
 __all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "environment_probes",
@@ -48,8 +49,6 @@ from .decide import _decide, _summary
 from .evidence import (
     _batches,
     _Facts,
-    _facts_from_exception,
-    _facts_from_result,
     _Finding,
     _last_printed_chain,
     _short,
@@ -59,6 +58,7 @@ from .evidence import (
     worker_death_kind,
 )
 from .model import Diagnosis, _fixes, environment_probes
+from .pickling import find_unpicklable
 from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import build_tree
@@ -75,12 +75,12 @@ def explain(obj) -> Diagnosis:
     if isinstance(obj, str):
         return explain_log(read_text(obj))
     if isinstance(obj, BaseException):
-        facts = _facts_from_exception(obj)
+        facts = facts_from_exception(obj)
     elif hasattr(obj, "outcome") and hasattr(obj, "loader_events"):
         if obj.outcome == "unsupported":
             return Diagnosis(UNSUPPORTED, f"the run could not start here: {obj.reason}",
                              [f"runner: {obj.reason}"], [], "high", "run")
-        facts = _facts_from_result(obj)
+        facts = facts_from_result(obj)
         launch = _torchrun_diagnosis(facts) if facts.outcome == "failed" else None
         if launch is not None:
             return launch
@@ -306,8 +306,6 @@ def _status_lines(facts: _Facts) -> list:
 
 def _blockers(dataset) -> list:
     try:
-        from .pickling import find_unpicklable
-
         found = find_unpicklable(dataset, "dataset")
     except Exception as exc:  # noqa: BLE001
         return [f"find_unpicklable failed: {exc!r}"]

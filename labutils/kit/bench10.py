@@ -13,6 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from labutils.kit.throughput import SetThreads, preload_forkserver, time_epochs
+from labutils.runner.channel import emit
+
 KERNEL = torch.randn(8, 3, 3, 3)
 
 
@@ -35,8 +38,6 @@ class BareArrays(Dataset):
 
 def steady(loader, epochs):
     """Samples/s over ``epochs`` epochs, each timed after its first batch, and the batches timed."""
-    from labutils.kit.throughput import time_epochs
-
     rows = [r for r in time_epochs(loader, epochs) if r["samples_per_s"]]
     after = [r["seconds"] - r["first_batch_s"] for r in rows]  # each epoch after its first batch
     timed = sum(r["samples_per_s"] * a for r, a in zip(rows, after))
@@ -62,9 +63,7 @@ def cpu_seconds():
 if __name__ == "__main__":
     from lab_loader import make_loader
 
-    import labutils
     from data_gen import Manifest
-    from labutils.kit.throughput import SetThreads, preload_forkserver
 
     preload_forkserver()  # worker start-up is not measured here; under forkserver it takes milliseconds
     data = Manifest.load(sys.argv[1])
@@ -95,4 +94,4 @@ if __name__ == "__main__":
             turns[name].append(row["samples_per_s"])
             turns[f"{name}_cpu_us"].append((cpu_seconds() - cpu0) / row["samples"] * 1e6)
     del bare, robust
-    labutils.emit(sweep=sweep, turns=turns, cpus=cpus, samples=len(files), load=os.getloadavg())
+    emit(sweep=sweep, turns=turns, cpus=cpus, samples=len(files), load=os.getloadavg())

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..diagnosis import messages as vocab
+from .measure import run_start_method
 
 # id -> (what it looks like, the start methods under which PyTorch can produce it)
 SHAPES: dict = {
@@ -116,8 +117,6 @@ def check_death(run, *, signal: Optional[int] = None, exitcode: Optional[int] = 
 
     Returns the :class:`Death`, so that a lesson can print which shape this run took.
     """
-    from .measure import run_start_method
-
     method = start_method or run_start_method(run)
     death = classify(run)
     chain = _chain(run)

@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
+from ..diagnosis.evidence import is_worker_death  # the lab's one detector, which the diagnosis uses too
+
 # the quarantine lives in its own module; its names stay importable from here (labutils.kit.fixes.X)
 from .quarantine import QuarantineDataset, QuarantinedBatch, QuarantineReport, Skipped, collate_skip
 
@@ -263,20 +265,6 @@ def pet_watchdog() -> None:
 
 
 # ---------------------------------------------------------------------------------- resilient loader
-
-def is_worker_death(exc: BaseException) -> bool:
-    """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
-
-    The lab's one detector, shared with the diagnosis (:func:`labutils.diagnosis.diagnose.is_worker_death`):
-    PyTorch's ``DataLoader worker (pid ...) exited unexpectedly`` and ``... is killed by signal: ...``,
-    and the race where the main process fails to fetch a dead worker's tensor (an EOFError or a
-    connection/file error raised in ``rebuild_storage_fd``/``recvfds``). An exception *raised by*
-    ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0") is not a death.
-    """
-    from ..diagnosis.diagnose import is_worker_death as detector
-
-    return detector(exc)
-
 
 class _ListBatchSampler:
     """A batch sampler over a fixed list of index lists (the rest of an epoch)."""

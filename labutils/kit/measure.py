@@ -9,6 +9,7 @@ import signal
 from typing import Optional
 
 from ..diagnosis.messages import is_echo_traceback
+from ..runner.channel import emit
 from .leftovers import left_behind, unended
 
 
@@ -58,8 +59,6 @@ def run_batches(loader, batches: int, key: str = "mem") -> dict:
     The record (``{"reports": [...], "first": ..., "items": n}``) goes to the run's values under ``key`` via
     :func:`labutils.emit`; ``first`` holds the first items of the first batch, to check the data.
     """
-    from ..runner.channel import emit
-
     reports, first, items = [], None, 0
     for k, (data, mem) in enumerate(loader):
         reports.append(dict(mem, batch=k))

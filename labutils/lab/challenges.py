@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 __all__ = ["ALL_CHALLENGES", "CHALLENGES", "FALLBACKS", "Challenge", "playable", "missing_capability",
            "score_attempt"]
@@ -69,21 +69,23 @@ FALLBACKS: dict = {
 ALL_CHALLENGES: dict = {**CHALLENGES, **{c.id: c for c in FALLBACKS.values()}}
 
 
-def playable(challenge: Challenge) -> tuple:
+def playable(challenge: Challenge, shm_support: Callable[[], tuple]) -> tuple:
     """(the challenge to play here, why the first choice cannot be scored or None): its fallback where
-    this machine lacks what it needs and it has one; itself otherwise."""
-    lack = missing_capability(challenge)
+    this machine lacks what it needs and it has one; itself otherwise. ``shm_support`` is as for
+    :func:`missing_capability`."""
+    lack = missing_capability(challenge, shm_support)
     if lack and challenge.id in FALLBACKS:
         return FALLBACKS[challenge.id], lack
     return challenge, lack
 
 
-def missing_capability(challenge: Challenge) -> Optional[str]:
-    """Why this machine cannot score the challenge (probed by trying), or None when it can."""
+def missing_capability(challenge: Challenge, shm_support: Callable[[], tuple]) -> Optional[str]:
+    """Why this machine cannot score the challenge, or None when it can. ``shm_support`` answers whether a
+    run can have a private /dev/shm (the runner's :func:`labutils.runner.isolate.private_shm_support`,
+    which probes by trying): the caller passes it, so that the challenges, which the class sheet reads
+    too, do not load the runner; it is asked only for a challenge that needs it."""
     if challenge.needs == "private_shm":
-        from ..runner.isolate import private_shm_support
-
-        prefix, reason = private_shm_support()
+        prefix, reason = shm_support()
         if prefix is None:
             return f"cannot be scored on this machine: it needs a private /dev/shm, and {reason}"
     return None

@@ -33,6 +33,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from .challenges import ALL_CHALLENGES
+
 __all__ = ["Answer", "ClassSheet", "Deal", "HIDDEN_SETUP", "TOLERANCE", "case_name", "deal", "export_name",
            "neutral_copy", "number_close", "observed_numbers", "parse_number", "prediction_options", "reveal_html",
            "setup_text"]
@@ -251,14 +253,12 @@ class ClassSheet:
 
     def best_scores(self) -> dict:
         """``{(learner, challenge): best attempt}`` over the attempts that counted and finished."""
-        from .challenges import ALL_CHALLENGES as CHALLENGES
-
         best: dict = {}
         for a in self.attempts:
             if not a["counted"] or not a["success"]:
                 continue
             key = (a["learner"], a["challenge"])
-            goal = CHALLENGES[a["challenge"]].goal
+            goal = ALL_CHALLENGES[a["challenge"]].goal
             old = best.get(key)
             if old is None or (a["score"] > old["score"] if goal == "max" else a["score"] < old["score"]):
                 best[key] = a

@@ -6,6 +6,8 @@ depends on which scenario is behind a case, so the page cannot give the answer a
 
 from __future__ import annotations
 
+from .challenges import CHALLENGES
+from .chart import LiveChart
 from .paste import paste_panel
 
 __all__ = ["build_layout", "build_widgets"]
@@ -38,8 +40,6 @@ def _knobs(ui, w, sharing) -> None:
 def build_widgets(ui, prediction_options: list, sharing: tuple) -> None:
     """Make every widget of the lab as an attribute of ``ui``."""
     import ipywidgets as w
-
-    from .chart import LiveChart
 
     wide = w.Layout(width="95%")
     ui.scenario = w.Dropdown(description="Case", layout=w.Layout(width="60%"), style=_WIDE)
@@ -81,8 +81,6 @@ def build_widgets(ui, prediction_options: list, sharing: tuple) -> None:
     ui.user_button = w.Button(description="Run my code", button_style="primary", icon="play",
                               layout=w.Layout(width="auto"))
     ui.user_button.add_class("lab-run-mine")
-    from .challenges import CHALLENGES
-
     ui.challenge = w.Dropdown(options=[(f"Challenge {i + 1}", cid) for i, cid in enumerate(CHALLENGES)],
                               description="Challenge", style=_WIDE)
     ui.challenge_text = w.HTML()

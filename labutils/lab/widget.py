@@ -21,8 +21,11 @@ import re
 import threading
 from typing import Optional
 
+from ..diagnosis.causes import CATALOGUE, CAUSES
+from ..runner import isolate
 from ..runner.isolate import IsolationError, run_isolated
 from ..runner.result import RunResult
+from ..scenarios import SCENARIOS
 from . import game
 from .card import card_html, card_text, stderr_view
 from .challenges import CHALLENGES, playable, score_attempt
@@ -84,9 +87,6 @@ class LabUI:
 
     def __init__(self, scenario: Optional[str] = None, which: str = "broken", mystery: bool = True,
                  learner: str = ""):
-        from ..diagnosis.causes import CATALOGUE, CAUSES
-        from ..scenarios import SCENARIOS
-
         self.scenarios, self.mystery = SCENARIOS, mystery
         if scenario is not None and scenario not in SCENARIOS:
             raise KeyError(f"unknown scenario {scenario!r}; choose one of: {', '.join(SCENARIOS)}")
@@ -508,7 +508,7 @@ class LabUI:
             self.challenge_text.value = _LOCKED
             return
         case = self._challenge_case(ch)
-        play, lack = playable(ch)
+        play, lack = playable(ch, isolate.private_shm_support)
         lack_text = "" if not lack else f"<br>{_red(lack)}" if play is ch else (
             f"<br><i>The first target {html.escape(lack)}; so this machine plays the fallback target "
             "above instead.</i>")
@@ -524,7 +524,7 @@ class LabUI:
             self.status.value = _red(_LOCKED)
             return None
         case = self._challenge_case(ch)
-        ch, lack = playable(ch)
+        ch, lack = playable(ch, isolate.private_shm_support)
         lack = None if ch.peak_mib is not None else lack  # the fallback scores where the first target cannot
         if lack or self.current.id != ch.scenario:
             where = f"open {case} in the {self.tabs.titles[0]} tab (revealed) to try this challenge"

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
-from ..runner import startmethod
+from ..runner import capabilities, startmethod
 from ..runner.sizes import format_size, parse_size
 from ..runner.spec import whole_number
 from . import probes
@@ -497,8 +497,7 @@ def doctor(
         checks.append(budget)
     checks += [_check_nofile(num_workers), _check_memory(), _check_cpus(num_workers),
                _check_cuda(torch, method), _check_removeipc()]
-    from ..runner import capabilities  # runner: each capability tried once, and the fallback in use
-
+    # the runner's capabilities: each tried once, and the fallback in use
     checks.append(CheckResult(**capabilities.doctor_check(runner_probes)))
     return DoctorReport(checks, time.perf_counter() - t0)
 

@@ -53,6 +53,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from . import capabilities
+from .procfs import start_ticks
+from .rundir import TMP_VARS
+
 ZYGOTE = str(Path(__file__).with_name("zygote.py"))
 LAUNCHER_ENV = "LABUTILS_LAUNCHER"
 LAUNCHERS = ("auto", "warm", "cold")
@@ -67,8 +71,6 @@ ASK_TIMEOUT = 30.0
 
 def supported() -> bool:
     """Linux with fork, fd passing and pidfds that work here (probed, not assumed)."""
-    from . import capabilities
-
     return _SUPPORTED and capabilities.has_pidfd()
 
 _lock = threading.Lock()
@@ -85,10 +87,8 @@ RUNNER_ENV = "LABUTILS_RUNNER"
 
 def runner_mark() -> str:
     """``PID.START_TICKS`` of this process: the runner's identity, as it is written into its runs."""
-    from . import procs as _procs
-
     me = os.getpid()
-    return f"{me}.{_procs.start_ticks(me)}"
+    return f"{me}.{start_ticks(me)}"
 
 
 def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: bool, python: str,
@@ -98,8 +98,6 @@ def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: 
         return "the cold launcher was asked for"
     if not _SUPPORTED:
         return "the warm launcher needs Linux with fork and fd passing"
-    from . import capabilities
-
     cap = capabilities.pidfd()
     if not cap.available:
         return f"the warm launcher needs pidfds, and here {cap.result}"
@@ -454,8 +452,6 @@ class WarmProcess:
 def template_env(env: dict) -> dict:
     """The environment a template for a run's ``env`` starts with: the run's, less what names the run (its
     run directory, and its own temporary folder, which goes with it: the template keeps this process's)."""
-    from .rundir import TMP_VARS
-
     base = {k: v for k, v in env.items() if k != "LABUTILS_RUN_DIR" and k not in TMP_VARS}
     base.update({k: os.environ[k] for k in TMP_VARS if k in os.environ})
     return base
@@ -487,7 +483,5 @@ def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr, wait: Opt
         _release(template)
         raise OSError(f"the warm template could not start the run: {reply}")
     proc = WarmProcess(template, int(reply["pid"]), fds[0])
-    from . import procs as _procs
-
-    proc.start_ticks = _procs.start_ticks(proc.pid)
+    proc.start_ticks = start_ticks(proc.pid)
     return proc

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field, make_dataclass, replace
 
+from ..kit.budget import sized_budget
 from ..runner.spec import option
 
 __all__ = ["KNOBS", "LAUNCH_SCENARIOS", "LOADER_KNOBS", "RunOptions", "SCENARIOS", "SCENARIO_DIR", "SCENARIO_OPTIONS",
@@ -98,8 +99,6 @@ class Scenario:
         """The run limits of one version; a budget sized on the CPU wheel comes sized for this build."""
         opts = self.broken_options if _which(which) == "broken" else self.fixed_options
         if self.budget_workers and opts.memory_budget:
-            from ..kit.budget import sized_budget
-
             opts = replace(opts, memory_budget=sized_budget(opts.memory_budget, opts.start_method,
                                                             self.budget_workers))
         return opts

@@ -34,6 +34,10 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
+from ..machine.doctor import doctor
+from ..runner.isolate import run_isolated
+from ..scenarios import get_scenario
+
 __all__ = ["CPU_WHEEL", "FAMILIES", "NOTEBOOKS", "Step", "Verdict", "preflight", "preflight_main", "torch_build",
            "verdicts"]
 
@@ -166,9 +170,6 @@ def torch_build(torch_dir: Optional[str] = None, gpu: Optional[bool] = None) -> 
 # --------------------------------------------------------------------------- the reproductions
 def reproduce(family: str, run: Optional[Callable] = None) -> Step:
     """Run one family's broken scenario isolated and check that the diagnosis names its cause."""
-    from ..runner.isolate import run_isolated
-    from ..scenarios import get_scenario
-
     fam = FAMILIES[family]
     sc = get_scenario(fam.scenario)
     options = replace(sc.broken_options, **dict(fam.overrides))
@@ -387,8 +388,6 @@ class PreflightReport:
 def preflight(families: Optional[Sequence[str]] = None, kernel: bool = True, progress=None) -> PreflightReport:
     """Run the pre-flight (all families unless ``families`` names some; the kernel round trip unless
     ``kernel`` is False) and return its report; ``progress(step)`` is called after each step."""
-    from .doctor import doctor
-
     t0 = time.monotonic()
     chosen = list(FAMILIES) if families is None else list(families)
     unknown = [f for f in chosen if f not in FAMILIES]
