@@ -169,7 +169,7 @@ def _diagnose_record(scenario, which, start_method) -> tuple:
     """(exit status, JSON report, RunResult, stderr) of ``diagnose_main`` on one scenario script, with
     ``LABUTILS_START_METHOD`` set to ``start_method`` for that run (None: the session's own default, from
     ``--lab-start-method`` or the machine)."""
-    from labutils.commands.diagnose import diagnose_main
+    from labutils.commands import diagnose as command
     from labutils.runner import isolate, startmethod
 
     opts = scenario.options(which)
@@ -184,13 +184,13 @@ def _diagnose_record(scenario, which, start_method) -> tuple:
     old = os.environ.get(startmethod.ENV)
     out, err = io.StringIO(), io.StringIO()
     try:
-        isolate.run_isolated = recording  # diagnose_main imports it from the module when it runs
+        isolate.run_isolated = command.run_isolated = recording  # the command imports it at its top
         if start_method is not None:
             os.environ[startmethod.ENV] = start_method
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = diagnose_main(["--json", "--launcher", "auto", *opts.cli_args(), scenario.path(which)])
+            rc = command.diagnose_main(["--json", "--launcher", "auto", *opts.cli_args(), scenario.path(which)])
     finally:
-        isolate.run_isolated = real
+        isolate.run_isolated = command.run_isolated = real
         if old is None:
             os.environ.pop(startmethod.ENV, None)
         else:
