@@ -200,7 +200,7 @@ class RunProcesses:
             procs = list(self.known.values())
         return [p for p in procs if self.alive(p)]
 
-    def terminate(self, leader_alive: bool = True, helper_grace: float = 5.0) -> list:
+    def terminate(self, leader_alive: bool = True, helper_grace: float = 2.0) -> list:
         """SIGKILL every process of the run, the run's clean-up helpers last; return pids still alive.
 
         The processes other than the main process found alive here (they outlived it) go to ``stopped``:
@@ -209,8 +209,8 @@ class RunProcesses:
 
         Helpers (multiprocessing's resource_tracker, torch_shm_manager) unlink what the run registered with
         them once every other process of the run is gone, so they get ``helper_grace`` seconds to do that
-        and exit by themselves (at 2 s, notebook 06's file_system run under forkserver once left its 150 files
-        for the runner to remove, on a loaded machine: most likely its torch_shm_manager had not finished).
+        and exit by themselves. (A longer grace widens the window in which a warm run's helpers, alive after
+        its main process, look like strays to another session's ``find_strays``.)
         The process group of the main process is killed only while the main process is verifiably un-reaped
         (it is the group's leader: its number cannot have been reused); once someone else reaped it (SIGCHLD
         ignored in the kernel, a dead template), the number may be a stranger's.
