@@ -83,6 +83,7 @@ def pytest_configure(config) -> None:
     startmethod.apply_requested()
     config._lab_also = _also_methods(config)
     _stop_kernels_as_jupyter_does()
+    _read_iopub_while_cells_run()
     config._lab_leaks = None
     nested = leaks.LEDGER_ENV in os.environ  # a pytest inside the suite: the outer session checks its files
     if not hasattr(config, "workerinput") and not nested and not config.getoption("--lab-no-leak-check"):
@@ -113,6 +114,60 @@ def _stop_kernels_as_jupyter_does() -> None:
 
     stop._labutils_graceful = True
     kernel.RunningKernel.stop = stop
+
+
+def _read_iopub_while_cells_run() -> None:
+    """nbval reads a cell's messages (its output, and the "idle" status that ends it) only after the cell
+    has replied. Until then they wait in ZeroMQ's queues, which hold about a thousand messages on each side
+    and then drop the newest: the "idle" status among them. nbval then fails a cell that passed, with
+    "Timeout of N seconds exceeded waiting for output". The lab's live chart sends a hundred widget
+    messages a second while a run goes, so a cell of several runs gets there on a slow machine: CI's
+    spawn pass failed 09's solutions that way (the fd_limit search, 5 runs, 1,900 messages in 15 s here).
+    Jupyter's front ends read these messages as they come; the suite's kernels now do too: while a cell
+    runs, its messages are read into a buffer that nbval's later reads take first, in order."""
+    try:
+        import zmq
+        from nbval import kernel
+    except ImportError:
+        return
+    if getattr(kernel.RunningKernel.await_reply, "_labutils_reads_iopub", False):
+        return
+    import collections
+    import time
+    from queue import Empty
+
+    get_message = kernel.RunningKernel.get_message
+
+    def buffered(self, stream, timeout=None):
+        pending = self.__dict__.get("_labutils_iopub")
+        if stream == "iopub" and pending:
+            return pending.popleft()
+        return get_message(self, stream, timeout=timeout)
+
+    def await_reply(self, msg_id, timeout=None):
+        pending = self.__dict__.setdefault("_labutils_iopub", collections.deque())
+        iopub, shell = self.kc.iopub_channel, self.kc.shell_channel
+        poller = zmq.Poller()
+        poller.register(iopub.socket, zmq.POLLIN)
+        poller.register(shell.socket, zmq.POLLIN)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = dict(poller.poll(None if left is None else int(left * 1000)))
+            while iopub.socket in ready and iopub.msg_ready():
+                pending.append(iopub.get_msg(timeout=0))
+            if shell.socket in ready:
+                msg = self.kc.get_shell_msg(timeout=0)
+                if msg["parent_header"].get("msg_id") == msg_id:
+                    if msg["content"]["status"] == "aborted":
+                        raise RuntimeError("Kernel aborted execution request")  # as nbval's own
+                    return
+            elif not ready and left is not None and left <= 0:
+                raise Empty
+
+    buffered._labutils_reads_iopub = await_reply._labutils_reads_iopub = True
+    kernel.RunningKernel.get_message = buffered
+    kernel.RunningKernel.await_reply = await_reply
 
 
 # nbval waits 5 s for each message a cell sends after its reply (a hard-coded ``output_timeout``). On a
