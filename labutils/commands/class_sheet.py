@@ -18,14 +18,8 @@ from ..lab.classsheet import merge
 __all__ = ["class_sheet_main"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one clear line and exit status 2, no traceback
-        self.print_usage(sys.stderr)
-        self.exit(2, f"class-sheet: {message}\n")
-
-
 def class_sheet_main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = _Parser(prog="python -m labutils class-sheet",
+    parser = argparse.ArgumentParser(prog="python -m labutils class-sheet",
                      description="Merge the learners' exported Class sheets (CSV or JSON) into one screen.")
     parser.add_argument("files", nargs="+", metavar="FILE",
                         help="exported sheets (lab_answers_NAME.csv or .json); a quoted pattern such as "
