@@ -92,13 +92,16 @@ def open_fds() -> Optional[int]:
     return None
 
 
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None
+RLIM_INFINITY = getattr(resource, "RLIM_INFINITY", -1)
+
+
 def nofile_limits() -> Optional[tuple]:
-    """(soft, hard) RLIMIT_NOFILE, ``resource.RLIM_INFINITY`` for unlimited; None where it does not exist."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
+    """(soft, hard) RLIMIT_NOFILE, :data:`RLIM_INFINITY` for unlimited; None where it does not exist."""
+    return None if resource is None else resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def meminfo() -> dict:
@@ -311,10 +314,8 @@ def environment_lines(options: Optional[dict] = None, iters: Optional[list] = No
         lines.append(f"/dev/shm: {_mib(shm[1])} free of {_mib(shm[0])}" if shm else "/dev/shm: not present")
     limits = nofile_limits()
     if limits:
-        import resource
-
         soft, hard = limits
-        hard_s = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+        hard_s = "unlimited" if hard == RLIM_INFINITY else str(hard)
         if options.get("nofile"):
             lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {soft}/{hard_s})")
         else:
