@@ -1,9 +1,6 @@
-"""``python -m labutils class-sheet FILES...``: the learners' exports of the lab merged, in one screen.
-
-The confusion table of causes, the cases most often missed, the number predictions' errors and the best
-challenge scores (:mod:`labutils.lab.classsheet`). Files that are not lab exports, empty ones and a learner
-who comes twice are named and skipped. Exit status 0 when at least one file was read, 1 when none was,
-2 for bad options.
+"""``python -m labutils class-sheet FILES...``: the learners' exports of the lab merged, in one screen
+(:mod:`labutils.lab.classsheet`). Exit status 0 when at least one file was read, 1 when none was, 2 for bad
+options.
 """
 
 from __future__ import annotations

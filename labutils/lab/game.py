@@ -232,10 +232,6 @@ class ClassSheet:
     def correct(self) -> int:
         return sum(1 for a in self.answers if a.correct)
 
-    @property
-    def revealed(self) -> list:
-        return [a for a in self.answers if a.revealed]
-
     def numbers_score(self) -> tuple:
         """(numbers predicted close, numbers predicted and measured), over predictions and knob numbers."""
         marks = [m for a in self.answers + self.numbers for m in (a.batches_close, a.shm_close) if m is not None]

@@ -93,9 +93,6 @@ class LiveRecorder:
         return self._names[pid]
 
     # ------------------------------------------------------------------ views (any thread)
-    def label(self, pid: int) -> str:
-        return self._names.get(pid, str(pid))
-
     def snapshot(self) -> dict:
         """``{"series": {label: {t, rss, uss, fds, shm}}, "batches": (t, n), "deaths": [(t, text)]}``."""
         with self._lock:
