@@ -12,11 +12,8 @@ isolated cell that only calls :func:`emit` costs almost nothing):
 
 Everything else is imported from its module, one path per name: the meters and fixes the lessons use
 from ``labutils.kit.<module>`` (``measure``, ``deaths``, ``fixes``, ...), the runner's parts from
-``labutils.runner.<module>``, the probes from ``labutils.machine.<module>``.
-
-A new run limit is one row in ``labutils.runner.spec.OPTIONS``: ``run_isolated``'s keyword, the validated
-``RunSpec`` field and its check, the command-line flag of ``diagnose`` and ``%%isolate`` and their help all
-come from that row.
+``labutils.runner.<module>`` (a new run limit is one row of ``labutils.runner.spec.OPTIONS``), the probes from
+``labutils.machine.<module>``.
 """
 
 import importlib

@@ -1,9 +1,6 @@
-"""``python -m labutils class-sheet FILES...``: the learners' exports of the lab merged, in one screen.
-
-The confusion table of causes, the cases most often missed, the number predictions' errors and the best
-challenge scores (:mod:`labutils.lab.classsheet`). Files that are not lab exports, empty ones and a learner
-who comes twice are named and skipped. Exit status 0 when at least one file was read, 1 when none was,
-2 for bad options.
+"""``python -m labutils class-sheet FILES...``: the learners' exports of the lab merged, in one screen
+(:mod:`labutils.lab.classsheet`). Exit status 0 when at least one file was read, 1 when none was, 2 for bad
+options.
 """
 
 from __future__ import annotations
@@ -18,14 +15,8 @@ from ..lab.classsheet import merge
 __all__ = ["class_sheet_main"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one clear line and exit status 2, no traceback
-        self.print_usage(sys.stderr)
-        self.exit(2, f"class-sheet: {message}\n")
-
-
 def class_sheet_main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = _Parser(prog="python -m labutils class-sheet",
+    parser = argparse.ArgumentParser(prog="python -m labutils class-sheet",
                      description="Merge the learners' exported Class sheets (CSV or JSON) into one screen.")
     parser.add_argument("files", nargs="+", metavar="FILE",
                         help="exported sheets (lab_answers_NAME.csv or .json); a quoted pattern such as "

@@ -10,6 +10,7 @@ the script untouched.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Optional, Sequence
 
@@ -37,34 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: each command's module (relative to this package) and its function, imported only when it runs
+_MAINS = {"doctor": ("..machine.doctor", "doctor_main"), "diagnose": (".diagnose", "diagnose_main"),
+          "preflight": (".preflight", "preflight_main"), "cheatsheet": (".cheatsheet", "cheatsheet_main"),
+          "class-sheet": (".class_sheet", "class_sheet_main"), "tour": (".tour", "tour_main"),
+          "run": (".tour", "run_main")}
+
+
 def _dispatch(command: str, rest: list) -> int:
-    if command == "doctor":
-        from ..machine.doctor import doctor_main
-
-        return doctor_main(rest)
-    if command == "diagnose":
-        from .diagnose import diagnose_main
-
-        return diagnose_main(rest)
-    if command == "preflight":
-        from .preflight import preflight_main
-
-        return preflight_main(rest)
-    if command == "cheatsheet":
-        from .cheatsheet import cheatsheet_main
-
-        return cheatsheet_main(rest)
-    if command == "class-sheet":
-        from .class_sheet import class_sheet_main
-
-        return class_sheet_main(rest)
-    if command == "tour":
-        from .tour import tour_main
-
-        return tour_main(rest)
-    from .tour import run_main
-
-    return run_main(rest)
+    module, name = _MAINS[command]
+    return getattr(importlib.import_module(module, __package__), name)(rest)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

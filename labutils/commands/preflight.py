@@ -1,22 +1,10 @@
 """``python -m labutils preflight``: can this machine show every lesson? An attendee's check, in about a minute.
 
-Three parts, each a real run on this machine, nothing simulated:
-
-1. the doctor's checks (:func:`labutils.doctor`);
-2. one reproduction per family of failure, each the registry's broken script run isolated (the warm
-   launcher where the run allows it) and diagnosed: a Python exception in a worker, a worker killed over
-   its memory budget, a segfault, a full private ``/dev/shm``, the open-files limit, a hang stopped by a
-   short time limit, a dataset that spawn cannot pickle;
-3. one Jupyter kernel round trip: a notebook whose ``%%isolate`` cell runs through nbclient, its result
-   read back in the kernel.
-
-Before them, one look at the installed torch (:func:`torch_build`, nothing imported): a CUDA build on a
-machine with no NVIDIA GPU is several GB on disk for nothing the lab uses; the step says how big and how
-to put the CPU wheel in its place (a WARN: every lesson still runs on it).
-
-Then one line per notebook (00-12): "this machine shows it", or what it cannot show and why (the notebook
-then shows results recorded on a machine that can), or that the lesson cannot run here at all. The exit
-status is 1 when a lesson cannot run (or the doctor has a FAIL), 2 for bad options, else 0.
+Real runs, nothing simulated: the doctor's checks, a look at the installed torch build (:func:`torch_build`),
+one reproduction per family of failure (:data:`FAMILIES`, each the registry's broken script run isolated and
+diagnosed) and one Jupyter kernel round trip (an ``%%isolate`` cell through nbclient). Then one line per
+notebook: "this machine shows it", what it cannot show and why, or that it cannot run here. Exit status 1 when
+a lesson cannot run (or the doctor has a FAIL), 2 for bad options, else 0.
 """
 
 from __future__ import annotations
@@ -27,13 +15,14 @@ import importlib.util
 import json
 import multiprocessing
 import os
-import re
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Callable, Optional, Sequence
 
+from ..machine import probes
 from ..machine.doctor import doctor
 from ..runner.isolate import run_isolated
 from ..scenarios import get_scenario
@@ -127,30 +116,22 @@ def _disk_mib(paths) -> float:
     return total / 2**20
 
 
-def _torch_dir() -> Optional[str]:
-    spec = importlib.util.find_spec("torch")
-    return os.path.dirname(spec.origin) if spec and spec.origin else None
-
-
 def torch_build(torch_dir: Optional[str] = None, gpu: Optional[bool] = None) -> Step:
     """The installed torch, read from its ``version.py`` (not imported): WARN for a CUDA build where no
     NVIDIA GPU is there, with what it takes on disk (torch and the ``nvidia`` packages beside it) and the
     command for the CPU wheel. ``torch_dir`` and ``gpu`` are for tests (default: this machine's)."""
-    torch_dir = torch_dir or _torch_dir()
-    try:
-        with open(os.path.join(torch_dir or "", "version.py"), encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError:
+    torch_dir = torch_dir or probes.torch_dir()
+    values = probes.read_torch_version_file(torch_dir) if torch_dir else {}
+    if not values:
         return Step("torch_build", "SKIP", "torch is not installed here (the doctor's torch check says more)")
-    version = (re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text) or [None, "?"])[1]
-    cuda = re.search(r"^cuda(?::[^=]*)?=\s*['\"]([^'\"]+)", text, re.M)
+    version, cuda = str(values.get("__version__", "?")), values.get("cuda")
     if cuda is None:
         return Step("torch_build", "OK", f"torch {version}: a CPU build", data={"version": version, "cuda": None})
     if gpu is None:
         gpu = any(glob.glob(pattern) for pattern in _GPU_PATHS)
-    data = {"version": version, "cuda": cuda[1], "gpu": gpu}
+    data = {"version": version, "cuda": cuda, "gpu": gpu}
     if gpu:
-        return Step("torch_build", "OK", f"torch {version}: a CUDA {cuda[1]} build, and an NVIDIA GPU is here",
+        return Step("torch_build", "OK", f"torch {version}: a CUDA {cuda} build, and an NVIDIA GPU is here",
                     data=data)
     site = os.path.dirname(torch_dir)
     parts = [torch_dir] + sorted(glob.glob(os.path.join(site, "nvidia"))) + sorted(glob.glob(os.path.join(site,
@@ -161,7 +142,7 @@ def torch_build(torch_dir: Optional[str] = None, gpu: Optional[bool] = None) -> 
     where = ", ".join(os.path.basename(p) for p in parts)
     release = version.split("+", 1)[0]
     return Step("torch_build", "WARN",
-                f"torch {version} is a CUDA {cuda[1]} build on a machine with no NVIDIA GPU: {size} on disk "
+                f"torch {version} is a CUDA {cuda} build on a machine with no NVIDIA GPU: {size} on disk "
                 f"({where}) that the lab cannot use here (it runs on the CPU all the same). To free it, "
                 f"in this venv: {CPU_WHEEL.format(release=release)}, then `pip uninstall` the nvidia-* "
                 f"packages `pip list` shows", data=data)
@@ -225,8 +206,6 @@ def kernel_round_trip(timeout: int = 120) -> Step:
 
 # --------------------------------------------------------------------------- what this machine has
 def _has_module(name: str) -> Optional[str]:
-    import importlib.util
-
     return None if importlib.util.find_spec(name) is not None else f"the {name} package is not installed"
 
 
@@ -394,15 +373,10 @@ def preflight(families: Optional[Sequence[str]] = None, kernel: bool = True, pro
     if unknown:
         raise ValueError(f"families {unknown}: use one of {', '.join(FAMILIES)}")
     report = doctor()
-    steps = [torch_build()]
-    if progress:
-        progress(steps[-1])
-    for family in chosen:
-        steps.append(reproduce(family))
-        if progress:
-            progress(steps[-1])
-    if kernel:
-        steps.append(kernel_round_trip())
+    steps = []
+    jobs = [torch_build] + [partial(reproduce, f) for f in chosen] + ([kernel_round_trip] if kernel else [])
+    for job in jobs:
+        steps.append(job())
         if progress:
             progress(steps[-1])
     cuda, gloo = _torch_facts()

@@ -1,12 +1,6 @@
-"""The lab's scenarios: for every cause, a broken and a fixed training script, and the tour that runs them.
-
-``python -m labutils tour`` runs every registered scenario, broken then fixed, each isolated with its
-own limits, and prints a table: the cause diagnosed for the broken run (against the expected one),
-the outcome of the fixed run, and the seconds taken. ``python -m labutils run SCENARIO`` runs one
-scenario and prints the whole evidence of both runs.
-
-The registry and the scripts live in ``labutils/scenarios/``; the scripts are ordinary programs
-(``python script.py`` runs them) and nothing in them tells the diagnosis what to find.
+"""``python -m labutils tour``: every registered scenario (``labutils/scenarios/``), broken then fixed, each
+isolated with its own limits, as a table of the causes diagnosed; ``python -m labutils run SCENARIO``: one
+scenario with the whole evidence of both runs.
 """
 
 from __future__ import annotations
@@ -19,9 +13,9 @@ import time
 from typing import Optional, Sequence
 
 from ..runner.isolate import run_isolated
-from ..scenarios import SCENARIOS, RunOptions, Scenario, get_scenario
+from ..scenarios import SCENARIOS, Scenario, get_scenario
 
-__all__ = ["RunOptions", "Scenario", "SCENARIOS", "get_scenario", "run_scenario", "tour_main", "run_main"]
+__all__ = ["run_scenario", "tour_main", "run_main"]
 
 
 def run_scenario(scenario, which: str):

@@ -1,15 +1,10 @@
 """Memory budgets that keep their margins on every build of torch.
 
-The lab's budgets (notebook 04, the ``oom_killed`` scenario) were sized with the CPU wheel of torch, where
-a fresh ``import torch`` costs a process about 146 MiB of its own (anonymous) memory. PyPI's Linux wheel
-bundles CUDA and costs about 281 MiB (torch 2.13.0, both measured here on 2026-12-04), and it costs that in
-*every* process that imports torch itself: the main process, and each spawn or forkserver worker (a forked
-worker shares its parent's pages until it writes them). Under spawn, a budget sized on the CPU wheel then
-kills even a fixed loader.
-
-:func:`sized_budget` adds this machine's difference once per such process, so a run that fits its budget
-on the CPU wheel (or overflows it) does the same on this build. On the CPU wheel, and where the cost
-cannot be read (no ``/proc``: macOS, whose wheels carry no CUDA), it adds nothing.
+The lab's budgets (notebook 04, ``oom_killed``) were sized with torch's CPU wheel, whose ``import torch``
+costs a process about 146 MiB of anonymous memory; PyPI's CUDA wheel costs about 281 MiB (torch 2.13.0), in
+*every* process that imports torch itself (the main one, each spawn or forkserver worker), so under spawn a
+CPU-sized budget kills even a fixed loader. :func:`sized_budget` adds this machine's difference once per
+such process; on the CPU wheel, and where the cost cannot be read (no ``/proc``), it adds nothing.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ __all__ = ["CPU_WHEEL_IMPORT_MIB", "extra_per_import_mib", "import_cost_mib", "o
 
 MiB = 2**20
 
-#: ``RssAnon`` of a process after ``import torch``: torch 2.13.0+cpu, Python 3.11, Linux x86-64 (the build
-#: the budgets were sized with; measured 2026-12-04, 146 MiB; the CUDA build: 281 MiB)
+#: ``RssAnon`` after ``import torch``: torch 2.13.0+cpu, Python 3.11, Linux x86-64, measured 2026-12-04
 CPU_WHEEL_IMPORT_MIB = 146
 
 _PROBE = ("import torch\n"

@@ -1,10 +1,5 @@
-"""A DataLoader error that a lesson's script caught itself, handed to the notebook and checked like a run's.
-
-:func:`labutils.kit.deaths.check_death` reads a run's exception chain (``run.exceptions``), which holds only
-what ended the script. A lesson that catches the error inside the script (to time it, or to go on with a
-second loader) records the chain with :func:`chain` and emits it; the notebook wraps it with
-:func:`caught`, which gives ``check_death`` and ``classify`` the same view: that chain, and the run's
-DataLoader workers and loader records (for the start method).
+"""A DataLoader error that a lesson's script caught itself (:func:`chain`, emitted), given to
+:func:`labutils.kit.deaths.check_death` by :func:`caught` with the run's workers and loader records.
 """
 
 from __future__ import annotations

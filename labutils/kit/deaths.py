@@ -11,21 +11,14 @@ PyTorch has two independent ways of noticing that a worker died, and which one w
   ``is_alive()`` and raises the generic ``DataLoader worker (pid(s) N, M) exited unexpectedly`` *from*
   whatever the fetch raised (the handler's message, a socket error, ``queue.Empty``).
 
-So one death reaches the learner in one of these shapes (ids of :data:`SHAPES`):
+So one death reaches the learner in one of the shapes of :data:`SHAPES`: ``handler`` where the handler fired
+between two fetches, ``handler_inside`` where it fired during one. In the ``socket`` shape the fetch
+failed while ``is_alive()`` still said yes (the worker was not reaped yet), so the status check re-raised the
+error as it was. Measured here: 8 of 10 staged kills under forkserver (notebook 01), 1 of 8 OOM kills under
+forkserver (04), and under fork in notebook 10b's SIGKILL of a worker sending a batch.
 
-``handler``        the handler's message alone (it fired between two fetches)
-``handler_inside`` the generic line, caused by the handler's message (it fired during a fetch)
-``status_check``   the generic line alone, or caused by something that is not the handler's message
-``socket``         a bare ``ConnectionResetError``/``EOFError``/... from receiving a dead worker's batch,
-                   with no DataLoader text at all: the fetch failed while ``is_alive()`` still said yes
-                   (the worker was not reaped yet), so the status check re-raised the error as it was.
-                   Measured here: 8 of 10 staged kills under forkserver (notebook 01), 1 of 8 OOM kills
-                   under forkserver (04), and under fork in notebook 10b's SIGKILL of a worker that was
-                   sending a batch (``file_system`` sharing, ``prefetch_factor=4``)
-
-A new shape is one entry in :data:`SHAPES` and one branch in :func:`classify`. Notebooks and tests check a
-death with :func:`check_death`, which also ties the shape to the start method that allows it and the pids
-PyTorch named to workers that really died.
+A new shape is one entry in :data:`SHAPES` and one branch in :func:`classify`; :func:`check_death` checks a
+death against the start method and the workers that really died.
 """
 
 from __future__ import annotations

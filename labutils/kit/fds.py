@@ -1,9 +1,5 @@
-"""Count a process's open file descriptors, also when it has none left (notebook 06).
-
-Listing ``/proc/self/fd`` needs a free fd itself, so at the open-files limit it fails with ``EMFILE``.
-:func:`open_fds` then falls back to ``os.fstat`` on every fd number below the soft limit, which needs no
-new fd. :func:`per_step` reads a series of counts as fds per step (one fd per kept batch, two per kept
-``(images, labels)`` batch...).
+"""Count a process's open file descriptors, also when it has none left (notebook 06): listing ``/proc/self/fd``
+needs a free fd itself, so at the open-files limit :func:`open_fds` falls back to ``os.fstat`` on every fd number.
 """
 
 from __future__ import annotations
@@ -11,18 +7,16 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
+from ..machine import probes
+
 #: Highest fd number the fstat scan looks at when the soft limit is unlimited or huge.
 SCAN_CAP = 65536
 
 
 def soft_limit() -> Optional[int]:
     """This process's soft RLIMIT_NOFILE, or None where ``resource`` does not exist (Windows) or it is unlimited."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - Windows
-        return None
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return None if soft == resource.RLIM_INFINITY else soft
+    limits = probes.nofile_limits()
+    return None if limits is None or limits[0] == probes.RLIM_INFINITY else limits[0]
 
 
 def _scan(limit: int) -> int:
@@ -45,14 +39,8 @@ def open_fds(limit: Optional[int] = None) -> int:
     """
     if limit is not None:
         return _scan(limit)
-    for folder in ("/proc/self/fd", "/dev/fd"):
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        return len(names) - 1  # the directory listing had an fd of its own open
-    soft = soft_limit()
-    return _scan(min(soft or SCAN_CAP, SCAN_CAP))
+    listed = probes.open_fds()
+    return listed if listed is not None else _scan(min(soft_limit() or SCAN_CAP, SCAN_CAP))
 
 
 def per_step(counts: Sequence[int]) -> float:

@@ -1,17 +1,8 @@
-"""Reusable fixes for DataLoader worker failures, each the correct version of a common "production" trick.
-
-- :class:`LazyFile` / :func:`lazy_open` and :class:`PerWorkerResource`: handles opened lazily in the
-  process that uses them, so a dataset pickles under spawn/forkserver and forked workers never share a
-  parent's file offset or database connection.
-- :class:`QuarantineDataset`, :func:`collate_skip`, :class:`QuarantineReport`: bad samples are recorded
-  (index, path, error) and dropped from the batch instead of crashing the epoch or being silently replaced
-  by zeros. The records travel inside the batch, because a worker's memory never reaches the main process.
-- :func:`worker_init_seed_and_faulthandler` and :func:`make_worker_init`: a ``worker_init_fn`` that seeds
-  and makes native crashes and hangs print the worker's Python stack.
-- :class:`ResilientLoader`: iterate, and when a worker dies, rebuild the loader and resume after the last
-  delivered batch. Ordinary exceptions from ``__getitem__`` still propagate.
-
-Nothing here imports torch at module import time, so ``import labutils`` stays fast.
+"""Reusable fixes for DataLoader worker failures, each the correct version of a common "production" trick:
+handles opened lazily in the process that uses them (:class:`PerWorkerResource`, :class:`LazyFile`), the
+quarantine of bad samples (:mod:`labutils.kit.quarantine`, importable from here too), a ``worker_init_fn``
+that seeds and makes a dying or stuck worker print its Python stack (:func:`make_worker_init`), and a loader
+that rebuilds itself after a worker's death (:class:`ResilientLoader`). Torch is imported only when used.
 """
 
 from __future__ import annotations
@@ -59,20 +50,15 @@ _INHERITED: list = []
 
 
 class PerWorkerResource:
-    """A resource built lazily, once per process, from a picklable ``factory``.
+    """A resource built lazily, once per process, from a picklable ``factory`` (released by ``close``, else
+    by its own ``close()`` method).
 
-    Pickling sends only the factory (so it must be picklable: a module-level function, a class, or a
-    ``functools.partial`` of one; not a lambda), never the resource. In every process, :meth:`get` builds
-    the resource on first use, and again after a fork (the pid changed), so forked workers never share
-    the parent's connection::
+    Pickling sends only the factory (a module-level function, a class or a ``functools.partial`` of one;
+    not a lambda). :meth:`get` builds the resource on first use in each process, and again after a fork,
+    so forked workers never share the parent's connection::
 
         db = PerWorkerResource(functools.partial(sqlite3.connect, "data.db"))
         db.get().execute("SELECT ...")   # in __getitem__, inside each worker
-
-    Args:
-        factory: called with no arguments to build the resource.
-        close: optional callable to release it (default: its ``close()`` method, if any) used by
-            :meth:`close`.
     """
 
     def __init__(self, factory: Callable[[], Any], close: Optional[Callable[[Any], Any]] = None) -> None:
@@ -174,10 +160,6 @@ class LazyFile(PerWorkerResource):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        state = f"open in pid {self._pid}" if self._pid is not None else "not opened"
-        return f"LazyFile({self.path!r}, {self.mode!r}, {state})"
 
 
 def lazy_open(path: str | os.PathLike, mode: str = "rb", **open_kwargs: Any) -> LazyFile:
@@ -301,22 +283,14 @@ class ResilientLoader:
     effects may see an index twice, the training loop does not. Exceptions raised by ``__getitem__`` or
     collate are not deaths and propagate unchanged on the first occurrence.
 
-    Best effort, honestly: PyTorch may report a death from its SIGCHLD handler, which raises wherever
-    the main thread is. While the main thread waits for a batch (almost always) that is inside this
-    iterator and is recovered; if it lands in your loop body, it reaches you and is not recovered.
+    Best effort: PyTorch's SIGCHLD handler raises wherever the main thread is. While it waits for a batch
+    (almost always) that is inside this iterator and is recovered; in your loop body it reaches you.
 
-    Args:
-        dataset: a map-style dataset (an ``IterableDataset`` cannot be resumed by index).
-        max_restarts: restarts allowed per epoch.
-        fallback_num_workers: num_workers of rebuilt loaders; None keeps the original value, 0 loads in
-            the main process (slow but immune to worker deaths; a sample that kills its process would
-            then kill the main process, so prefer a small number of workers when a sample is the cause).
-        on_restart: called with each :class:`RestartEvent` (default: a logging warning).
-        **loader_kwargs: DataLoader arguments (batch_size, shuffle, sampler, num_workers, collate_fn...).
-            ``in_order=False`` is refused: resuming needs batches in order.
-
-    Attributes:
-        restarts: restarts over the lifetime of this object. ``events``: the :class:`RestartEvent` list.
+    ``dataset`` must be map-style (resumed by index); ``max_restarts`` is per epoch; rebuilt loaders use
+    ``fallback_num_workers`` (None: the same; 0 loads in the main process, where a sample that kills its
+    process kills the main one); ``on_restart`` gets each :class:`RestartEvent` (default: a log warning);
+    ``loader_kwargs`` are DataLoader's (``in_order=False`` is refused). ``restarts`` and ``events`` count
+    the recoveries over the object's life.
     """
 
     def __init__(
@@ -348,12 +322,16 @@ class ResilientLoader:
 
     _SAMPLING_KEYS = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last", "generator")
 
-    def _epoch_batches(self) -> tuple:
-        """(list of index batches or indices, auto_collation) for one epoch, drawn from the samplers."""
+    def _probe(self) -> Any:
+        """A loader with no workers and the sampling arguments only: what the samplers draw."""
         from torch.utils.data import DataLoader
 
         sampling = {k: v for k, v in self.loader_kwargs.items() if k in self._SAMPLING_KEYS}
-        probe = DataLoader(self.dataset, num_workers=0, **sampling)
+        return DataLoader(self.dataset, num_workers=0, **sampling)
+
+    def _epoch_batches(self) -> tuple:
+        """(list of index batches or indices, auto_collation) for one epoch, drawn from the samplers."""
+        probe = self._probe()
         if probe.batch_sampler is not None:
             return [list(b) for b in probe.batch_sampler], True
         return list(probe.sampler), False
@@ -371,10 +349,7 @@ class ResilientLoader:
         return DataLoader(self.dataset, batch_size=None, sampler=rest, **kwargs)
 
     def __len__(self) -> int:
-        from torch.utils.data import DataLoader
-
-        sampling = {k: v for k, v in self.loader_kwargs.items() if k in self._SAMPLING_KEYS}
-        return len(DataLoader(self.dataset, num_workers=0, **sampling))
+        return len(self._probe())
 
     def __iter__(self) -> Iterator:
         batches, auto = self._epoch_batches()

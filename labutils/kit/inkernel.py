@@ -1,10 +1,6 @@
-"""A DataLoader's failure caught in this kernel, recorded in the shape :mod:`labutils.kit.deaths` reads.
-
-An isolated run comes back as a :class:`~labutils.runner.result.RunResult` with its exception chain and
-its workers' exit statuses. A loader run in the notebook's own kernel (notebook 08's trap) has only the
-live exception. :func:`kernel_run` reads the chain and the workers of the iterator found in its
-traceback, so that ``check_death(kernel_run(exc), exitcode=1)`` checks this kernel's failure exactly as
-it checks an isolated run's.
+"""A DataLoader's failure caught in this kernel (notebook 08's trap), recorded in the shape
+:mod:`labutils.kit.deaths` reads, so that ``check_death(kernel_run(exc), exitcode=1)`` checks it as it checks
+an isolated run's.
 """
 
 from __future__ import annotations
@@ -35,10 +31,8 @@ class KernelRun:
 def kernel_run(exc: BaseException) -> KernelRun:
     """Record ``exc`` (raised by a DataLoader in this process) and the workers of its iterator.
 
-    Call it inside the ``except`` block, before the traceback is dropped: the iterator, and with it the
-    workers' pids and exit codes, is found through the traceback's frames. The start method is the one
-    the workers' Process class names (the loader's ``multiprocessing_context``), else this process's
-    default.
+    Call it inside the ``except`` block: the iterator, and with it the workers' pids and exit codes, is
+    found through the traceback's frames.
     """
     import multiprocessing
 

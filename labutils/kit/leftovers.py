@@ -36,10 +36,8 @@ def left_behind(run) -> dict:
     failed = {n for n in getattr(run, "leftover_files", []) or [] if "/" not in n}  # not the temp folders
     # the ledger's torch_ segments are the ones found at the run's end; its semaphores, every one created
     files = sorted({n for n in created if n.startswith("torch_")} | (removed & created) | failed)
-    workers = getattr(run, "dataloader_workers", None)
-    if workers is None:
-        workers = [w for w in getattr(run, "workers", []) or [] if w.role == "dataloader_worker"]
-    return {"files": files, "unended_workers": sorted(w.pid for w in unended(run, workers))}
+    unended_pids = sorted(w.pid for w in unended(run, getattr(run, "dataloader_workers", None)))
+    return {"files": files, "unended_workers": unended_pids}
 
 
 def unended(run, workers=None) -> list:

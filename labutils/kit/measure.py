@@ -14,11 +14,8 @@ from .leftovers import left_behind, unended
 
 
 def run_start_method(result) -> Optional[str]:
-    """The start method the run's first DataLoader with workers used (``fork``/``forkserver``/``spawn``).
-
-    Read from the iterator record the run wrote when the loader started; None if no loader with workers
-    was started (for example ``num_workers=0``, or the script failed earlier).
-    """
+    """The start method the run's first DataLoader with workers used, from its iterator record; None if no
+    loader with workers started."""
     for event in getattr(result, "loader_events", []) or []:
         if event.get("event") == "iter" and event.get("num_workers") and event.get("start_method"):
             return event["start_method"]
@@ -74,24 +71,14 @@ def run_batches(loader, batches: int, key: str = "mem") -> dict:
 
 # --------------------------------------------------------------------------- what a run left behind
 def shm_left(run, prefixes: tuple = ("torch_", "sem.mp-")) -> list:
-    """The run's own ``/dev/shm`` files that were still there when its processes had all ended.
-
-    These are what PyTorch (``torch_*`` segments) and multiprocessing (``sem.mp-*`` semaphores) did not
-    unlink themselves, so the runner had to (:func:`labutils.kit.leftovers.left_behind`'s ``files``, kept
-    to the names that start with ``prefixes``). Files of other processes never appear here. Expected ``[]``
-    for a run whose processes ended normally.
-    """
+    """The run's own ``/dev/shm`` files that PyTorch and multiprocessing left for the runner to unlink
+    (:func:`labutils.kit.leftovers.left_behind`'s ``files`` starting with ``prefixes``); ``[]`` after a clean run."""
     return [n for n in left_behind(run)["files"] if n.startswith(prefixes)]
 
 
 def unended_workers(run) -> list:
-    """Status lines of the run's processes whose ending nobody recorded while the run went.
-
-    Every process of a run is reaped inside it (by multiprocessing, or by the runner's monitor, which
-    records the status): an exit status of None means one outlived its run's own shutdown, unless PyTorch
-    left it running itself (:func:`labutils.kit.leftovers.unended`). (A -9 is not flagged here: a worker
-    may really be SIGKILLed; a lesson that expects none asserts that itself.)
-    """
+    """Status lines of the run's processes that outlived its own shutdown (no exit status recorded), unless
+    PyTorch left them running itself (:func:`labutils.kit.leftovers.unended`)."""
     return [f"{w.role} {w.pid}: {w.status}" for w in unended(run, getattr(run, "workers", []) or [])]
 
 
@@ -111,13 +98,8 @@ def crashed_workers(run) -> list:
 
 # --------------------------------------------------------------------------- echoes of a death
 def echoes(run) -> list:
-    """The exceptions of ``run``'s chain raised while fetching a batch from a worker that had died.
-
-    That is: an exception of the echo types (``ConnectionResetError``, ``EOFError``, ...) whose traceback
-    passes through torch's ``rebuild_storage_fd`` or multiprocessing's ``recvfds`` (a chained exception's
-    traceback may hold only its innermost frames); :mod:`labutils.diagnosis.messages` defines both. They
-    are echoes of a worker's death, never its reason (notebook 01).
-    """
+    """The exceptions of ``run``'s chain raised while fetching a batch from a worker that had died: echoes
+    of its death, never its reason (notebook 01; :func:`labutils.diagnosis.messages.is_echo_traceback`)."""
     return [e for e in getattr(run, "exceptions", []) or [] if is_echo_traceback(e.type, e.traceback)]
 
 

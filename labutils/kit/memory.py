@@ -1,10 +1,6 @@
-"""Reading the workers' own memory reports of notebook 04's runs (the plumbing of its plots and checks).
-
-Each run of notebook 04 takes its batches through :func:`labutils.kit.measure.collate_with_memory`, so every
-batch carries the memory of the worker that made it, measured by that worker itself (``psutil``'s USS, PSS
-and RSS, in bytes, now and at the worker's birth). :func:`labutils.kit.measure.run_batches` emits them as
-``run.values[key]["reports"]`` (a script may emit its own list as ``run.values["reports"]``). These functions
-read those self-reports, not the runner's samples taken from outside; figures are in MiB.
+"""Reading the workers' own memory reports of notebook 04's runs, in MiB: each batch carries the USS, PSS and
+RSS of the worker that made it, now and at its birth (:func:`labutils.kit.measure.collate_with_memory`), emitted
+as ``run.values[key]["reports"]`` by :func:`labutils.kit.measure.run_batches` (or ``run.values["reports"]``).
 """
 
 from __future__ import annotations

@@ -17,15 +17,9 @@ __all__ = ["Skipped", "QuarantinedBatch", "QuarantineDataset", "collate_skip", "
 
 @dataclass(frozen=True)
 class Skipped:
-    """Marker returned by :class:`QuarantineDataset` in place of a sample that raised.
-
-    Attributes:
-        index: the dataset index that failed.
-        error_type: the exception's type name (``"UnidentifiedImageError"``).
-        message: the exception's message (at most 500 characters).
-        path: the sample's file, when the dataset was given ``path_of``.
-        worker_id: the DataLoader worker that hit it (None in the main process).
-    """
+    """Marker returned by :class:`QuarantineDataset` in place of a sample that raised: its index, the
+    exception's type name and message (at most 500 characters), its file (with ``path_of``) and the worker
+    that hit it (None in the main process)."""
 
     index: Any
     error_type: str
@@ -39,11 +33,8 @@ class Skipped:
 
 
 class QuarantinedBatch(NamedTuple):
-    """What :func:`collate_skip` returns: the collated good samples and the skipped markers.
-
-    ``data`` is None when every sample of the batch was skipped. Unpack it (``data, skipped = batch``) or
-    give it to :meth:`QuarantineReport.add`, which records the skipped ones and returns ``data``.
-    """
+    """What :func:`collate_skip` returns: the collated good samples (None when all were skipped) and the
+    skipped markers; unpack it, or give it to :meth:`QuarantineReport.add`."""
 
     data: Any
     skipped: list
@@ -58,17 +49,10 @@ def _worker_id() -> Optional[int]:
 class QuarantineDataset:
     """Wrap a map-style dataset so a sample that raises becomes a :class:`Skipped` marker.
 
-    Instead of crashing the epoch (or returning zeros that silently train the model on garbage), the
-    failure is recorded with its index, path and error. Use with ``collate_fn=collate_skip`` so the
-    markers are dropped from the batch and travel with it to the main process, and count them with a
-    :class:`QuarantineReport`. ``self.skipped`` lists the markers made in *this* process only: with
-    ``num_workers > 0`` they are made in the workers, which is why they ride in the batch.
-
-    Args:
-        dataset: the dataset to protect (``__getitem__`` and ``__len__``).
-        catch: exception types to quarantine; others propagate (default: ``Exception``).
-        path_of: optional ``index -> path`` callable recorded with the failure (must be picklable for
-            spawn/forkserver).
+    Use with ``collate_fn=collate_skip`` so the markers leave the batch and travel with it to the main
+    process, and count them with a :class:`QuarantineReport` (``self.skipped`` holds only the markers made
+    in *this* process). ``catch``: the exception types to quarantine (others propagate); ``path_of``: an
+    optional picklable ``index -> path`` recorded with the failure.
     """
 
     def __init__(
@@ -105,13 +89,8 @@ class QuarantineDataset:
 
 
 def collate_skip(batch: Sequence[Any], collate_fn: Optional[Callable[[list], Any]] = None) -> QuarantinedBatch:
-    """Collate a batch from :class:`QuarantineDataset`, dropping :class:`Skipped` markers.
-
-    Returns ``QuarantinedBatch(data, skipped)``: ``data`` is ``collate_fn`` (default
-    ``torch.utils.data.default_collate``) of the good samples, or None when all were skipped; ``skipped``
-    lists the markers, so the main process learns about failures that happened in workers. Pass another
-    collate with ``functools.partial(collate_skip, collate_fn=my_collate)``.
-    """
+    """Collate a batch from :class:`QuarantineDataset` into a :class:`QuarantinedBatch`, the markers apart;
+    ``collate_fn`` (default ``default_collate``, or ``functools.partial(collate_skip, collate_fn=mine)``)."""
     if isinstance(batch, Skipped):  # batch_size=None: one sample per "batch"
         return QuarantinedBatch(None, [batch])
     good = [x for x in batch if not isinstance(x, Skipped)]
@@ -145,10 +124,8 @@ class QuarantineReport:
         self.empty_batches = 0
 
     def add(self, batch: Any) -> Any:
-        """Record the skipped samples of ``batch`` and return its data (None if all were skipped).
-
-        Accepts a :class:`QuarantinedBatch`, a lone :class:`Skipped`, or anything else (returned as is).
-        """
+        """Record the skipped samples of a :class:`QuarantinedBatch` (or a lone :class:`Skipped`) and return
+        its data (None if all were skipped); anything else is returned as is."""
         self.batches += 1
         if isinstance(batch, Skipped):
             self.records.append(batch)

@@ -1,19 +1,11 @@
 """Notebook 12's /dev/shm meter: the shared memory that this process's lab runs hold, found by identity.
 
-:class:`labutils.kit.shmwatch.PeakMeter` reads the use of the whole ``/dev/shm`` filesystem, which every
-other program on the machine shares: on a busy machine its peak is not the run's. :class:`RunShmMeter`
-counts only the ``/dev/shm`` files that the processes of *this* runner's lab runs map or hold open, found
-from ``/proc`` alone:
-
-* a process is a run's when its environment (``/proc/PID/environ``, as it was started) carries this
-  process's runner mark (``LABUTILS_RUNNER`` or the warm template's ``LABUTILS_TEMPLATE``: this pid and its
-  start time), which every process of a run inherits: the torchrun agent, its ranks and their workers;
-* a file is counted once by its inode, whoever maps it (``/proc/PID/maps``) or holds it open
-  (``/proc/PID/fd``, where a batch waits between the worker that made it and the process that takes it), at
-  its size. PyTorch unlinks its segments at once, so they have no name to list: these two are where they are.
-
-The peak is sampled (every ``interval`` seconds), so it is a lower bound. Linux only: elsewhere
-``supported`` is False and ``peak`` None, as with :class:`~labutils.kit.shmwatch.PeakMeter`.
+:class:`~labutils.kit.shmwatch.PeakMeter` reads the whole ``/dev/shm`` filesystem, which every program shares.
+:class:`RunShmMeter` counts only the files that the processes of *this* runner's runs map or hold open, from
+``/proc`` alone: a process is a run's when its environment carries this runner's mark (``LABUTILS_RUNNER``
+or the warm template's ``LABUTILS_TEMPLATE``), which the torchrun agent, its ranks and their workers all
+inherit; a file counts once by its inode (PyTorch unlinks its segments at once: maps and fds are where they
+are). Linux only: elsewhere ``supported`` is False and ``peak`` None.
 """
 
 from __future__ import annotations
@@ -32,12 +24,8 @@ SETTLED_S = 0.5
 
 
 class RunShmMeter(PollingMeter):
-    """Poll the /dev/shm held by this process's lab runs (see the module) in a daemon thread; keep the peak.
-
-    Use it as a context manager around a run (``run_isolated``, ``run_torchrun``): ``peak`` is the highest
-    total seen, in bytes, and ``runs_seen`` how many processes were found to be the runs'. Another program's
-    files, however many, are not counted; a run of another runner (a second kernel) neither.
-    """
+    """Poll the /dev/shm held by this process's lab runs (see the module); a context manager around a run.
+    ``peak`` is the highest total seen, in bytes (sampled: a lower bound), ``runs_seen`` the runs' processes."""
 
     def __init__(self, interval: float = 0.01):
         super().__init__(interval, "run-shm-meter")

@@ -1,18 +1,6 @@
-"""Watch /dev/shm while a loader runs, and decide how notebook 05 can show a full /dev/shm on this machine.
-
-Two jobs, both for the shared-memory lesson (notebook 05):
-
-* measuring: :func:`shm_used` (bytes in use on the filesystem), :class:`PeakMeter` (a thread that polls it
-  and keeps the peak), :func:`try_config` (one pass of a DataLoader with the meter running, the error it
-  raised, and the peak); :func:`in_flight_rule` is the rule the notebook checks against the measurement;
-* deciding: :func:`plan` says whether the lesson runs in a private tmpfs of its own (``private``), in this
-  machine's real /dev/shm because it is small anyway, as in a Docker container (``real``), or not at all,
-  showing recorded results instead (``recorded``), and why.
-
-Where there is no /dev/shm (macOS), :func:`supported` is False and :func:`why_unsupported` says why; a
-:class:`PeakMeter` built there reports ``supported=False`` and a ``peak`` of None instead of raising.
-
-Nothing here imports torch at module level: it is imported inside :func:`try_config` only.
+"""Watch /dev/shm while a loader runs (:class:`PeakMeter`, :func:`try_config`), and decide how notebook 05 can
+show a full /dev/shm on this machine (:func:`plan`). Where there is no /dev/shm (macOS) the meters report
+themselves unsupported instead of raising. Torch is imported inside :func:`try_config` only.
 """
 
 from __future__ import annotations
@@ -44,11 +32,7 @@ LESSON_SAMPLE = 3 * 256 * 256 * 4
 
 
 def why_unsupported(path: str = SHM_PATH) -> Optional[str]:
-    """None where ``path`` is a filesystem this module can measure; else the reason, in one sentence.
-
-    macOS (and any system without ``/dev/shm``) keeps POSIX shared memory inside the kernel, with no
-    filesystem to list or measure: every meter here then reports itself unsupported instead of raising.
-    """
+    """None where ``path`` is a filesystem this module can measure; else the reason, in one sentence."""
     if not hasattr(os, "statvfs"):
         return f"os.statvfs does not exist on this platform ({sys.platform}): {path} cannot be measured"
     if not os.path.isdir(path):
@@ -139,15 +123,10 @@ class PollingMeter(threading.Thread):
 
 
 class PeakMeter(PollingMeter):
-    """Poll the use of ``path`` every ``interval`` seconds in a daemon thread and keep the highest value.
+    """Poll the use of ``path`` every ``interval`` seconds and keep the peak above the use at creation.
 
-    Use it as a context manager; ``peak`` is the highest use seen above the use at ``start()``
-    (``peak_total`` is the raw value). A peak shorter than the interval can be missed, so a measured peak
-    is a lower bound of the real one.
-
-    Where ``path`` cannot be measured (no ``/dev/shm``: macOS), the meter is built all the same and says
-    so: ``supported`` is False, ``reason`` says why, it starts no thread, and ``peak`` and :meth:`stop`
-    give None. Ask ``PeakMeter().supported`` (or :func:`supported`) before you rely on a number.
+    A peak shorter than the interval can be missed: a measured peak is a lower bound. Where ``path`` cannot
+    be measured, ``supported`` is False, ``reason`` says why, and ``peak`` and :meth:`stop` give None.
     """
 
     def __init__(self, path: str = SHM_PATH, interval: float = 0.001):
@@ -172,7 +151,6 @@ class PeakMeter(PollingMeter):
         return f"PeakMeter({self.path}): peak {format_size(self.peak)} in {self.samples} samples"
 
 
-
 def in_flight_rule(batch_bytes: int, num_workers: int, prefetch_factor: int) -> int:
     """Bytes of /dev/shm a loader can hold at its worst: ``prefetch_factor x num_workers`` batches that the
     workers have ready or are building, plus 2 in the main process (the loop's batch and the next one)."""
@@ -191,16 +169,12 @@ def try_config(
     path: str = SHM_PATH,
     **loader_kwargs: Any,
 ) -> dict:
-    """One pass of ``DataLoader(dataset, ...)`` with a :class:`PeakMeter` running; JSON-able result.
+    """One pass of ``DataLoader(dataset, ...)`` with a :class:`PeakMeter` running; a JSON-able dict of
+    ``config``, ``error``, ``seen``, ``batches``, ``peak`` (bytes above the start) and ``start_method``.
 
-    Each batch is passed to ``read`` (its return value, a list, is collected in ``seen``) and then the loop
-    sleeps ``step_s`` (the "training step"). A ``RuntimeError`` from the loader ends the pass and is kept
-    as text in ``error``; with ``clear_frames`` the traceback's frames are cleared at once, which lets the
-    failed iterator, its workers and their shared memory go (see notebook 05, "Retrying after the error").
-
-    Returns ``{"config": [batch_size, num_workers, prefetch_factor], "error": str | None, "seen": [...],
-    "batches": int, "peak": bytes above the start, "start_method": str | None}``; ``peak`` is None where
-    /dev/shm cannot be measured (:func:`supported`).
+    Each batch goes to ``read`` (its list is collected in ``seen``), then the loop sleeps ``step_s`` (the
+    "training step"). A ``RuntimeError`` ends the pass and is kept as text; ``clear_frames`` clears its
+    traceback's frames at once, which lets the failed iterator's shared memory go (notebook 05).
     """
     from torch.utils.data import DataLoader
 
@@ -231,15 +205,8 @@ def try_config(
 
 @dataclass
 class ShmPlan:
-    """How notebook 05 shows a full /dev/shm here; see :func:`plan`.
-
-    ``mode``: ``private`` (a private tmpfs of ``shm_size`` bytes per run), ``real`` (this machine's own small
-    /dev/shm, ``free_bytes`` free when measured) or ``recorded`` (neither: show recorded results).
-    For ``recorded``, ``free_bytes`` is the recorded runs' 8 MiB (nothing runs here).
-    ``sample_bytes`` is the size of one image, chosen so that the lesson's numbers keep their meaning:
-    4 images per batch overflow the space, 1 image per batch fits. ``isolate_args`` is the ``%%isolate``
-    option that gives a run this /dev/shm (empty for ``real``).
-    """
+    """How notebook 05 shows a full /dev/shm here (:func:`plan`): ``mode`` ``private``, ``real`` or
+    ``recorded``; ``sample_bytes`` is one image, sized so that 4 per batch overflow the space and 1 fits."""
 
     mode: str
     reason: str
@@ -260,8 +227,7 @@ class ShmPlan:
 
     @property
     def isolate_args(self) -> str:
-        """The ``%%isolate`` option for the lesson's runs: none on the real /dev/shm, else an 8 MiB private
-        one (where the mount is refused, the runner then reports the run ``unsupported``)."""
+        """The ``%%isolate`` option for the lesson's runs: none on the real /dev/shm, else an 8 MiB private one."""
         return "" if self.mode == "real" else f"--shm-size {LESSON_SHM // MiB}M"
 
     @property
@@ -297,15 +263,10 @@ def plan(
 ) -> ShmPlan:
     """Decide where notebook 05's loaders meet a full /dev/shm on this machine, and say why.
 
-    ``private`` is :func:`labutils.private_shm_support`'s answer ``(prefix, reason)`` (asked when None).
-    ``LABUTILS_PRIVATE_SHM=off`` in ``env`` (default ``os.environ``) forces the answer "refused", as on a
-    machine where ``unshare`` is not allowed.
-
-    * private mount possible: ``private``, an 8 MiB tmpfs per run;
-    * refused, and the real /dev/shm is at most ``small`` (Docker's default is 64 MiB): ``real``, with images
-      sized from the measured free space (:func:`sample_for`), so the failure is this machine's own;
-    * refused and the real /dev/shm is big (or missing): ``recorded``. Filling a big /dev/shm shared with
-      everything else on the machine is not a lesson worth its risk.
+    ``private`` is :func:`labutils.private_shm_support`'s answer (asked when None); ``LABUTILS_PRIVATE_SHM=off``
+    in ``env`` forces "refused". A private mount gives ``private`` (8 MiB per run); else a real /dev/shm of at
+    most ``small`` gives ``real`` (images sized from its free space), and a big one ``recorded``: filling a
+    /dev/shm shared with everything else on the machine is not a lesson worth its risk.
     """
     env = os.environ if env is None else env
     forced = env.get(ENV_PRIVATE, "").strip().lower() in ("off", "0", "no", "false")
@@ -357,17 +318,11 @@ def _mapped_inodes(path: str) -> set:
 def leaked_shm(before: set, path: str = SHM_PATH, grace: float = 10.0, poll: float = 0.1) -> set:
     """Files of :func:`shm_names` that appeared since ``before`` and that nobody uses any more.
 
-    On a shared machine other people's runs come and go in /dev/shm, so a new name alone is no leak: a
-    ``torch_<pid>_*`` segment whose creator is alive, or a semaphore some live process still maps (by
-    inode; glibc maps it under a temporary name), belongs to a run that is still going.
-
-    Nor is a file that is unused for a moment: under spawn and forkserver a named semaphore stays linked
-    until its owner's finalizer or multiprocessing's resource tracker unlinks it, which happens *after*
-    the last process that mapped it ended (and the lab's runner removes what a killed run's tracker
-    could not, after the run). A test run beside this one showed such a window: notebook 12's final
-    check once named a ``sem.mp-*`` file that no process mapped any more. So a candidate counts only if
-    it is still there, and still unused, ``grace`` seconds later (checked every ``poll`` seconds; the
-    call returns at once when there is none).
+    A new name alone is no leak on a shared machine: a ``torch_<pid>_*`` segment whose creator is alive, or
+    a semaphore a live process still maps (by inode), belongs to a run still going. Nor is a file unused for
+    a moment: under spawn and forkserver a semaphore is unlinked by its finalizer or the resource tracker
+    *after* the last process that mapped it ended (notebook 12's check once caught one in that window). So a
+    candidate counts only if it is still there, and unused, ``grace`` seconds later (polled every ``poll``).
     """
     if grace < 0 or poll <= 0:
         raise ValueError(f"grace={grace!r}, poll={poll!r}: grace must be >= 0 and poll > 0 seconds")
@@ -400,13 +355,9 @@ def _unused_new(before: set, path: str) -> set:
 
 
 def refuse_private_mounts(plan_: ShmPlan) -> bool:
-    """Make this process's isolated runs refuse a private /dev/shm, as :func:`plan` was told to
-    (``LABUTILS_PRIVATE_SHM=off``); return True if it did. Does nothing for a plan that was not forced.
-
-    The runner caches its answer to "can a run get a private /dev/shm?" per process; this sets that answer
-    to "no", with the plan's reason, so every ``shm_size=`` run then reports ``unsupported``, exactly as
-    where ``unshare`` is refused.
-    """
+    """For a plan forced by ``LABUTILS_PRIVATE_SHM=off``, set the runner's cached answer to "no private
+    /dev/shm" with the plan's reason, so every ``shm_size=`` run reports ``unsupported`` as where ``unshare``
+    is refused; return True if it did."""
     if not plan_.forced:
         return False
     isolate._shm_support = (None, plan_.reason)
@@ -428,14 +379,12 @@ RECORDED_8M = [
 ]
 
 
-
 def remove_files_of(pids, path: str = SHM_PATH) -> list:
     """Delete the ``torch_<pid>_*`` files of ``path`` that these live processes created; return their names.
 
-    What systemd-logind's ``RemoveIPC=yes`` does to a user's shared memory at their last logout, limited to
-    the caller's own processes for notebook 05's demonstration. A file counts as a process's only by its
-    name *and* its time: changed after that process started (an earlier holder of the same pid number made
-    the others). Pids that are gone are skipped: their number may belong to someone else now.
+    What logind's ``RemoveIPC=yes`` does at a user's last logout, limited to the caller's own processes. A file
+    is a process's by its name *and* its time (changed after that process started: an earlier holder of
+    the pid number made the others); pids that are gone are skipped.
     """
     import psutil
 

@@ -1,16 +1,6 @@
-"""Loader throughput and epoch-start cost, measured the same way everywhere (notebook 10).
-
-- :func:`time_epochs`: iterate a loader for some epochs and time each one: the wait for its first batch
-  (worker start-up, or the wake-up of persistent workers) and the samples per second after it;
-- :class:`SetThreads`: a picklable ``worker_init_fn`` that sets ``torch.set_num_threads(n)`` in each
-  worker and remembers what the worker had before (PyTorch sets 1 itself before calling it);
-- :func:`preload_forkserver`: have the fork server import torch once, so that forkserver workers (Python
-  3.14's default on Linux) start in milliseconds instead of importing torch each;
-- :func:`interleaved`: run competing variants in turns (A, B, A, B, ...) and keep every repeat, so that a
-  noisy, shared machine slows all of them alike; :func:`median` and :func:`ratio` read the result.
-
-Results are plain dicts and lists (JSON-able), so a run can :func:`labutils.emit` them. Nothing here
-imports torch at module import time.
+"""Loader throughput and epoch-start cost, measured the same way everywhere (notebook 10): :func:`time_epochs`,
+:class:`SetThreads`, :func:`preload_forkserver`, and :func:`interleaved` (competing variants in turns, so that
+a noisy, shared machine slows all of them alike). Results are JSON-able; torch is imported only when used.
 """
 
 from __future__ import annotations
@@ -102,8 +92,6 @@ class SetThreads:
 
     def threads(self) -> int:
         """The number of threads this init sets (``os.cpu_count()`` for None)."""
-        import os
-
         return self.n if self.n is not None else (os.cpu_count() or 1)
 
     def __call__(self, worker_id: int) -> None:
@@ -117,16 +105,13 @@ class SetThreads:
 
 
 def preload_forkserver(modules: Sequence[str] = ("torch",), start: bool = True) -> Optional[float]:
-    """Have the fork server import ``modules`` once (after its default, ``__main__``): every forkserver
-    worker then forks from a process that has them, in milliseconds, instead of importing torch itself
-    (seconds each, every epoch without ``persistent_workers``).
+    """Have the fork server import ``modules`` once (after its default, ``__main__``), so that forkserver
+    workers fork from a process that has them instead of importing torch each (seconds, every epoch).
 
-    Call it in the main process before anything starts the fork server (the server reads the list when
-    it starts; a server already running keeps what it has). With ``start=True`` and forkserver as the start
-    method a DataLoader would use now, the server is started at once and this waits until it can fork
-    (one throwaway process), so that no loader's first batch, nor its ``timeout``, waits for the server's
-    own torch import; the seconds that took are returned. Otherwise None. Nothing changes under fork or
-    spawn, which have no fork server.
+    Call it before anything starts the fork server (a running server keeps what it has). With ``start`` and
+    forkserver as the method a loader would use now, the server is started at once and this waits until it
+    can fork, so that no loader's first batch (nor its ``timeout``) waits for its torch import; returns the
+    seconds that took, else None. Fork and spawn have no fork server: nothing changes there.
     """
     names = [modules] if isinstance(modules, str) else list(modules)
     if not names or not all(isinstance(m, str) and m for m in names):

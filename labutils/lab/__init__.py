@@ -19,8 +19,7 @@ def lab(scenario=None, which: str = "broken", mystery: bool = True, learner: str
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, scenario=None, which: str = "broken", mystery: bool = True, learner: str = ""):
-        return lab(scenario, which, mystery=mystery, learner=learner)
+    __call__ = staticmethod(lab)
 
 
 sys.modules[__name__].__class__ = _CallableModule

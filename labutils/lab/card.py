@@ -1,13 +1,7 @@
-"""The result card: how a notebook shows one isolated run.
-
-The record (:class:`~labutils.runner.result.RunResult`) is data; the card reads it and asks the diagnosis
-for the cause. It opens with the cause, or, with ``hide_cause`` (``%%isolate --hide-cause``), shows the
-evidence first and folds the lab's diagnosis into a "show the lab's diagnosis" block below it, so the
-learner names the cause before reading the lab's answer.
-
-Stacks and tracebacks on the card show the learner's frames: the frames of the lab's own runner
-(``labutils/runner/``: the bootstrap that runs the script as ``__main__``, the warm template) and of
-``runpy`` are left out of the lines in sight, and the full stderr stays one click away.
+"""The result card: how a notebook shows one isolated run (:class:`~labutils.runner.result.RunResult`, which the
+card reads, asking the diagnosis for the cause). With ``hide_cause`` (``%%isolate --hide-cause``) the evidence
+comes first and the lab's diagnosis is folded below it, so the learner names the cause before reading it.
+Stacks show the learner's frames: the lab's runner's and runpy's are left out, the full stderr one click away.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Challenges with a target, played once a case is revealed, scored on the class sheet.
 
-A challenge fixes a scenario, the settings that must stay as they are, the knobs a learner may turn,
-and what is scored: one knob's value (the largest ``batch_size`` that survives an 8 MiB /dev/shm, the
-smallest ``nofile`` that lets ``fd_limit`` broken finish) or the number of knobs changed (the fewest
-changes that make ``oom_killed`` finish under its budget). An attempt counts only when the run kept the
-fixed settings and changed nothing else; it scores only when the run finished (``outcome == "ok"``).
-A challenge that needs a capability this machine lacks (a private /dev/shm needs a mount namespace)
-says so, and is played against its fallback (:data:`FALLBACKS`) where it has one: challenge 1's wall
-of a private 8 MiB /dev/shm becomes a ceiling on the /dev/shm peak the lab measures with the machine's
-own /dev/shm (a sampled peak can miss a brief one, so the ceiling is higher, 16 MiB, and an attempt
-scores the highest peak of every attempt with the same knobs: trying again until a lucky sample cannot
-win). Nothing is faked: the fallback is named on the attempt and the Class sheet.
+A challenge fixes a scenario, the settings that must stay, the knobs a learner may turn, and what is scored
+(one knob's value, or the number of knobs changed). An attempt counts only when the run kept the fixed
+settings and changed nothing else; it scores only when the run finished. Where this machine lacks what a
+challenge needs, it is played against its fallback (:data:`FALLBACKS`), named as such on the sheet: a
+ceiling on the /dev/shm peak the lab measures, higher (16 MiB) than the private 8 MiB wall since a sampled
+peak can miss a brief one, and scored at the highest peak of every attempt with the same knobs, so that
+trying again until a lucky sample cannot win.
 """
 
 from __future__ import annotations
@@ -80,10 +76,9 @@ def playable(challenge: Challenge, shm_support: Callable[[], tuple]) -> tuple:
 
 
 def missing_capability(challenge: Challenge, shm_support: Callable[[], tuple]) -> Optional[str]:
-    """Why this machine cannot score the challenge, or None when it can. ``shm_support`` answers whether a
-    run can have a private /dev/shm (the runner's :func:`labutils.runner.isolate.private_shm_support`,
-    which probes by trying): the caller passes it, so that the challenges, which the class sheet reads
-    too, do not load the runner; it is asked only for a challenge that needs it."""
+    """Why this machine cannot score the challenge, or None when it can. ``shm_support`` is the runner's
+    :func:`~labutils.runner.isolate.private_shm_support`, passed in so that the class sheet, which reads the
+    challenges too, does not load the runner."""
     if challenge.needs == "private_shm":
         prefix, reason = shm_support()
         if prefix is None:

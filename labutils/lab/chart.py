@@ -1,15 +1,9 @@
 """The lab's live chart, drawn by the browser: bqplot marks whose data the kernel updates while a run goes.
 
-An update is new numbers for the page (the ``x``/``y`` arrays of a few ``bqplot.Lines``), not a picture:
-the browser draws them, so the chart follows the runner's sampler at several updates a second even on a
-loaded machine (a matplotlib PNG made in the kernel managed about one). Four panels share the time axis:
-memory per process (RSS) and the run's total (USS summed), open fds per process, /dev/shm in use, and
-batches delivered. Each limit of the run is a dashed red line on its panel (the memory budget, the open
-files limit, the /dev/shm size), each death a red vertical line with its text, and a second run started
-with ``overlay=True`` (the fixed script after the broken one) is drawn over the first, dashed.
-
-:func:`labutils.lab.live.render_png` still draws the same record as a PNG, for the CLI and for export
-(:meth:`LiveChart.png`).
+An update is new numbers for the page, not a picture, so the chart follows the runner's sampler at several
+updates a second even on a loaded machine (a matplotlib PNG made in the kernel managed about one). Four
+panels share the time axis (:data:`PANELS`); each limit of the run is a dashed red line on its panel, each
+death a red vertical line, and a run started with ``overlay=True`` is drawn over the last one, dashed.
 """
 
 from __future__ import annotations
@@ -18,25 +12,19 @@ import threading
 import time
 from typing import Optional
 
-from .live import LiveRecorder, render_png
+from ..runner.sizes import parse_size
+from .live import PALETTE, LiveRecorder, render_png
 
 __all__ = ["LiveChart", "parse_size_mib"]
 
-PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#bf3989", "#57606a"]
 PANELS = (("mem", "memory (MiB)"), ("fds", "open fds"), ("shm", "/dev/shm in use (MiB)"),
           ("batches", "batches delivered"))
-_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024}
 
 
 def parse_size_mib(text) -> Optional[float]:
     """``"800M"`` -> 800.0, ``"1G"`` -> 1024.0, ``"8388608"`` (bytes) -> 8.0; None when empty or unreadable."""
-    text = str(text or "").strip().upper().rstrip("IB").rstrip("B")
-    if not text:
-        return None
     try:
-        if text[-1] in _UNITS:
-            return float(text[:-1]) * _UNITS[text[-1]]
-        return float(text) / (1024 * 1024)
+        return parse_size(str(text or "")) / 2**20 if str(text or "").strip() else None
     except ValueError:
         return None
 

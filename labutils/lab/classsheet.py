@@ -1,12 +1,9 @@
 """The class's sheets merged: what an instructor reads in the last ten minutes of a workshop.
 
-Each learner exports the lab's Class tab (:meth:`labutils.lab.game.ClassSheet.export`: a CSV, or JSON for a
-name ending in ``.json``). :func:`merge` reads any number of those files and :meth:`ClassReport.text`
-prints, in one screen: the confusion table (the cause each revealed case really had, against the one
-predicted), the cases most often missed, how far the number predictions were from what the runs measured
-(scored as the lab scores them, :func:`labutils.lab.game.number_close`), and the best challenge scores.
-A file that is not an export (another tool's CSV, an empty file, broken JSON) or that brings a learner
-already read from another file is named with the reason and skipped, never a traceback.
+:func:`merge` reads the learners' exports of the lab's Class tab (:meth:`labutils.lab.game.ClassSheet.export`)
+and :meth:`ClassReport.text` prints, in one screen, the confusion table, the cases most often missed, the
+number predictions' errors (scored as the lab scores them) and the best challenge scores. A file that is not
+an export, or that brings a learner already read, is named with the reason and skipped, never a traceback.
 """
 
 from __future__ import annotations

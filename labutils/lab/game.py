@@ -1,21 +1,11 @@
 """The prediction game of the lab: anonymous cases, the learner's predictions, the reveal, the class sheet.
 
-Every scenario id is also its cause id, so the game never shows one before the learner has answered.
-:func:`deal` names the scenarios "Case A", "Case B", ... in an order shuffled per learner (seeded by the
-learner's name, so a class does not share one answer key and a learner gets the same deal again);
-:func:`neutral_copy` gives the run a copy of the script named after the case (``case_c.py``), so that no
-traceback, chart title or status line carries the script's name. The reveal (:func:`reveal_html`)
-comes once a prediction is recorded and the run has ended: the cause, the evidence that decided it
-(from the Diagnosis), the numbers predicted against the numbers observed (each scored: within
-:data:`TOLERANCE` of what was measured, :func:`number_close`), and the notebook to read.
-
-A fair game: before its reveal, a case shows the same run-setup line as every other case
-(:data:`HIDDEN_SETUP`) and its run's chart draws no limit line; the case's own limits (a memory budget,
-a /dev/shm size, an open-files or process limit, a start method) appear at the reveal. Otherwise the
-limit a case needs would name it: only one case runs under a memory budget, only one under 128 open files.
-
-Nothing here draws a widget: :class:`ClassSheet` keeps the records and exports them, the widget
-(:mod:`labutils.lab.widget`) shows them.
+Every scenario id is also its cause id, so the game never shows one before the learner has answered:
+:func:`deal` names the scenarios "Case A", "Case B", ... in an order seeded by the learner's name (a class
+does not share one answer key), and :func:`neutral_copy` runs a copy of the script named after the case.
+Before its reveal every case shows the same setup line (:data:`HIDDEN_SETUP`) and no limit line on the chart,
+since the limit a case needs would name it (only one case runs under 128 open files). Nothing here draws a
+widget: :class:`ClassSheet` keeps the records, :mod:`labutils.lab.widget` shows them.
 """
 
 from __future__ import annotations
@@ -241,10 +231,6 @@ class ClassSheet:
     @property
     def correct(self) -> int:
         return sum(1 for a in self.answers if a.correct)
-
-    @property
-    def revealed(self) -> list:
-        return [a for a in self.answers if a.revealed]
 
     def numbers_score(self) -> tuple:
         """(numbers predicted close, numbers predicted and measured), over predictions and knob numbers."""

@@ -1,11 +1,7 @@
-"""The lab's live view: what the runner's own sampler reports while a run goes, drawn as a growing chart.
-
-:class:`LiveRecorder` is the listener handed to :func:`labutils.run_isolated` (``on_sample=rec.on_sample,
-on_event=rec.on_event``): it only stores what the monitor thread reports (no second sampler) and names
-the processes ("main", "worker 0", ...). :func:`render_png` draws what was recorded so far as a PNG (for
-the CLI and for export): memory (RSS and USS) per process, open fds, /dev/shm pages in use, batches
-delivered, and a red line where a process died, labelled with its exit status and who killed it. The
-live chart in the browser is :class:`labutils.lab.chart.LiveChart` (bqplot), fed by the same recorder.
+"""The lab's live view: :class:`LiveRecorder`, the listener handed to :func:`labutils.run_isolated`
+(``on_sample=rec.on_sample, on_event=rec.on_event``), stores what the runner's monitor reports (no second
+sampler) and names the processes; :func:`render_png` draws it as a PNG (the CLI, export). The browser's live
+chart is :class:`labutils.lab.chart.LiveChart`, fed by the same recorder.
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ __all__ = ["LiveRecorder", "death_text", "render_png"]
 
 MIB = 1024 * 1024
 MAX_POINTS = 400  # per line drawn: keeps a redraw fast however long the run
+PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#bf3989", "#57606a"]
 
 
 def death_text(event: dict, label: str = "") -> str:
@@ -96,9 +93,6 @@ class LiveRecorder:
         return self._names[pid]
 
     # ------------------------------------------------------------------ views (any thread)
-    def label(self, pid: int) -> str:
-        return self._names.get(pid, str(pid))
-
     def snapshot(self) -> dict:
         """``{"series": {label: {t, rss, uss, fds, shm}}, "batches": (t, n), "deaths": [(t, text)]}``."""
         with self._lock:
@@ -148,10 +142,8 @@ def render_png(
     fig = Figure(figsize=(width, height), dpi=80, layout="constrained")
     axes = fig.subplots(2, 2, sharex=True)
     (ax_mem, ax_fds), (ax_shm, ax_bat) = axes
-    colours = {}
-    palette = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#bf3989", "#57606a"]
     for i, (label, row) in enumerate(snap["series"].items()):
-        c = colours[label] = palette[i % len(palette)]
+        c = PALETTE[i % len(PALETTE)]
         step = max(1, len(row["t"]) // MAX_POINTS)  # a long run: every step-th sample, and the latest
         if step > 1:
             row = {k: v[::step] + v[-1:] for k, v in row.items()}

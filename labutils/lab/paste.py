@@ -1,8 +1,5 @@
-"""The lab's "Paste your error" box: a log's text in, the same report as ``diagnose --log`` out (HTML).
-
-:func:`paste_panel` returns an ipywidgets box: a Textarea for the pasted text, a button, and an HTML output
-with the diagnosis of that text (:func:`labutils.diagnosis.diagnose.explain_log`): the cause, its confidence,
-what the text proves, what it cannot and the command that decides it on the job's machine.
+"""The lab's "Paste your error" box: a log's text in, the same report as ``diagnose --log`` out (HTML, from
+:func:`labutils.diagnosis.diagnose.explain_log`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """``labutils.lab()``: an ipywidgets front end over the scenarios, the isolated runner and the diagnosis.
 
-By default it is a game (*mystery mode*): the scenarios are "Case A", "Case B", ... in an order dealt
-per learner (:mod:`labutils.lab.game`); a case's title, script name and cause stay hidden until the
-learner has predicted and the run has ended. Then the reveal shows the cause, the evidence that decided
-it, the numbers predicted against the numbers observed, and the notebook to read; the case's knobs and
-"Broken vs fixed" open, and so do the challenges about it (:mod:`labutils.lab.challenges`). The live
-chart is drawn by the browser (:mod:`labutils.lab.chart`). ``LabUI(mystery=False)`` is the free-play
-sandbox of an instructor: every scenario by its id, knobs open from the start.
+By default a game (*mystery mode*, :mod:`labutils.lab.game`): the scenarios are cases dealt per learner, whose
+identity stays hidden until the learner has predicted and the run has ended; the reveal then opens the case's
+knobs, "Broken vs fixed" and its challenges (:mod:`labutils.lab.challenges`). ``LabUI(mystery=False)`` is an
+instructor's sandbox: every scenario by its id, knobs open from the start.
 
 All logic lives in :class:`LabUI` so it can be driven without a browser: set the widgets' ``value`` and
 call :meth:`LabUI.run` (blocking) or :meth:`LabUI.start` + :meth:`LabUI.wait` (what the button does).
@@ -27,7 +24,7 @@ from ..runner.isolate import IsolationError, run_isolated
 from ..runner.result import RunResult
 from ..scenarios import SCENARIOS
 from . import game
-from .card import card_html, card_text, stderr_view
+from .card import Card, stderr_view
 from .challenges import CHALLENGES, playable, score_attempt
 from .layout import build_layout, build_widgets
 
@@ -63,19 +60,6 @@ def script_diff_html(broken_path: str, fixed_path: str) -> str:
 #: what a locked challenge says: which case it is about, or its target, would name that case's cause
 _LOCKED = ("Locked: a challenge opens once you have revealed the case it is about. Play the cases: predict, run, "
            "reveal.")
-
-
-class _Card:
-    """A run's result card (:mod:`labutils.lab.card`: the cause, the record, the learner's stderr lines)."""
-
-    def __init__(self, result: RunResult):
-        self.result = result
-
-    def _repr_html_(self) -> str:
-        return card_html(self.result)
-
-    def __repr__(self) -> str:
-        return card_text(self.result)
 
 
 def _red(text: str) -> str:
@@ -244,24 +228,23 @@ class LabUI:
         kw = base.kwargs()
         if self.hidden:  # the case as it is: no widget holds its limits until the reveal
             return dict(kw, env={})
-        offered = self.offered_knobs()
-        if "start_method" in offered:
-            kw["start_method"] = None if self.start_method.value.startswith("(") else self.start_method.value
-        if "timeout" in offered:
-            kw["timeout"] = float(self.timeout.value)
-        if "stall" in offered:
-            kw["stall"] = float(self.stall.value)
-        if "memory_budget" in offered:
-            kw["memory_budget"] = self.memory_budget.value.strip() or None
-        if "shm_size" in offered:
-            kw["shm_size"] = self.shm_size.value.strip() or None
-        if "nofile" in offered:
-            nofile = self.nofile.value.strip()
-            if nofile and not nofile.isdigit():
-                raise IsolationError(f"Open files limit: {nofile!r} is not a whole number; give e.g. 128")
-            kw["nofile"] = int(nofile) if nofile else None
+        kw.update(self._limits(self.offered_knobs()))
         kw["env"] = self.knob_env()
         return kw
+
+    def _nofile(self) -> Optional[int]:
+        nofile = self.nofile.value.strip()
+        if nofile and not nofile.isdigit():
+            raise IsolationError(f"Open files limit: {nofile!r} is not a whole number; give e.g. 128")
+        return int(nofile) if nofile else None
+
+    def _limits(self, names) -> dict:
+        """The limit widgets among ``names`` as run_isolated keywords (read only when named)."""
+        read = {"start_method": lambda: None if self.start_method.value.startswith("(") else self.start_method.value,
+                "timeout": lambda: float(self.timeout.value), "stall": lambda: float(self.stall.value),
+                "memory_budget": lambda: self.memory_budget.value.strip() or None,
+                "shm_size": lambda: self.shm_size.value.strip() or None, "nofile": self._nofile}
+        return {name: read[name]() for name in names if name in read}
 
     # ----------------------------------------------------------------- running
     @property
@@ -273,24 +256,31 @@ class LabUI:
             b.disabled = busy
         self.compare_button.disabled = busy or self.hidden
 
-    def _guarded(self, fn, *args):
-        """Run ``fn`` unless another run is going (then one clear line in the status, and None)."""
-        if not self._run_lock.acquire(blocking=False):
-            self.status.value = _BUSY
-            return None
-        self._set_busy(True)
-        try:
-            return fn(*args)
-        finally:
-            self._run_lock.release()
-            self._set_busy(False)
-
-    def start(self, compare: bool = False, own: bool = False, challenge: bool = False) -> bool:
-        """What the buttons do: the run goes in a background thread; False if one is already going."""
+    def _acquire(self) -> bool:
+        """Take the run lock, or say in the status that a run is going (False)."""
         if not self._run_lock.acquire(blocking=False):
             self.status.value = _BUSY
             return False
         self._set_busy(True)
+        return True
+
+    def _release(self) -> None:
+        self._run_lock.release()
+        self._set_busy(False)
+
+    def _guarded(self, fn):
+        """Run ``fn`` unless another run is going (then one clear line in the status, and None)."""
+        if not self._acquire():
+            return None
+        try:
+            return fn()
+        finally:
+            self._release()
+
+    def start(self, compare: bool = False, own: bool = False, challenge: bool = False) -> bool:
+        """What the buttons do: the run goes in a background thread; False if one is already going."""
+        if not self._acquire():
+            return False
         job = self._run_own if own else self._run_compare if compare else \
             self._try_challenge if challenge else self._run
         self._thread = threading.Thread(target=self._job, args=(job,), daemon=True, name="labutils-lab-run")
@@ -309,8 +299,7 @@ class LabUI:
         except Exception as exc:  # noqa: BLE001 - shown in the status line; the kernel must not see it
             self.status.value = _red(f"the lab failed: {exc!r}")
         finally:
-            self._run_lock.release()
-            self._set_busy(False)
+            self._release()
 
     def run(self) -> Optional[RunResult]:
         """Run the chosen case (blocking): the chart follows it; a hidden case is revealed only once a
@@ -433,7 +422,7 @@ class LabUI:
         self.status.value = (f"{html.escape(p['case'])} ({html.escape(sc.id)}): <b>{result.outcome}</b>, cause "
                              f"<code>{html.escape(result.cause)}</code> (expected for the broken run: "
                              f"{html.escape(sc.expected)}) in {result.wall_time:.1f} s")
-        self.output.append_display_data(_Card(result))
+        self.output.append_display_data(Card(result))
         self._refresh()
         self._render_score()
 
@@ -458,7 +447,7 @@ class LabUI:
         for which, r in results.items():
             out = w.Output(layout=w.Layout(width="50%"))
             out.append_display_data(w.HTML(f"<b>{which}</b>: {r.outcome}, cause <code>{r.cause}</code>"))
-            out.append_display_data(_Card(r))
+            out.append_display_data(Card(r))
             cards.append(out)
         self.compare.append_display_data(w.HTML(script_diff_html(sc.path("broken"), sc.path("fixed"))))
         self.compare.append_display_data(w.HBox(cards))
@@ -476,12 +465,7 @@ class LabUI:
                 raise IsolationError("paste a script into the box, or give the path of a .py file")
             if path and not os.path.isfile(path):
                 raise IsolationError(f"File: {path!r} is not a file; give the path of a .py script")
-            nofile = self.nofile.value.strip()
-            if nofile and not nofile.isdigit():
-                raise IsolationError(f"Open files limit: {nofile!r} is not a whole number; give e.g. 128")
-            kw = {"start_method": None if self.start_method.value.startswith("(") else self.start_method.value,
-                  "timeout": float(self.timeout.value), "memory_budget": self.memory_budget.value.strip() or None,
-                  "shm_size": self.shm_size.value.strip() or None, "nofile": int(nofile) if nofile else None}
+            kw = self._limits(("start_method", "timeout", "memory_budget", "shm_size", "nofile"))
             kw.update({"file": path} if path else {"code": code})
             self.status.value = "running your code..."
             result, _ = self._isolated(os.path.basename(path) if path else "your code", **kw)
@@ -492,7 +476,7 @@ class LabUI:
         self.status.value = f"your code: <b>{result.outcome}</b>, cause <code>{result.cause}</code>"
         self.verdict.value = (f"The diagnosis: <code>{html.escape(result.diagnosis.cause)}</code>. What decided it:"
                               + "".join(f"<li>{html.escape(str(e))}</li>" for e in result.diagnosis.evidence[:4]))
-        self.output.append_display_data(_Card(result))
+        self.output.append_display_data(Card(result))
         return result
 
     # ----------------------------------------------------------------- challenges

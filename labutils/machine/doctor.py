@@ -35,15 +35,8 @@ SHM_PATH = probes.SHM_PATH
 
 @dataclass
 class CheckResult:
-    """One line of the doctor's report.
-
-    Attributes:
-        name: short id of the check (``shm``, ``nofile``, ...).
-        status: ``"OK"``, ``"WARN"`` or ``"FAIL"``.
-        detail: what was measured.
-        advice: what to do (empty when there is nothing to do).
-        data: the measured numbers, for programs (bytes, counts).
-    """
+    """One line of the doctor's report: ``name`` (``shm``, ``nofile``...), ``status`` (OK, WARN, FAIL),
+    ``detail`` (what was measured), ``advice`` (what to do, or empty), ``data`` (the numbers, for programs)."""
 
     name: str
     status: str
@@ -224,25 +217,12 @@ def shm_budget(
     num_workers: int = 1,
     free_shm: int | str | None = None,
 ) -> CheckResult:
-    """Compare the shared memory a loader holds in flight with the free space of /dev/shm.
+    """Compare the /dev/shm a loader holds in flight with its free space (measured when ``free_shm`` is None).
 
-    Each worker keeps up to ``prefetch_factor`` finished batches waiting for the main process, and every
-    tensor of a finished batch lives in a shared-memory segment (``/dev/shm/torch_*``) until the main
-    process has let go of it. Two more batches are alive at the same time: the one the loop body is
-    using and the one ``next()`` has just received. So the loader holds about
-    ``batch_bytes x (prefetch_factor x num_workers + 2)`` bytes of /dev/shm at once (more if the
-    training loop keeps old batches alive). Notebook 05 measures the peak against this rule over a sweep
-    of configurations. FAIL when the estimate exceeds the free space, WARN above half of it.
-
-    Args:
-        batch_bytes: bytes of tensors in one collated batch (an int or a size like ``"12M"``).
-        prefetch_factor: DataLoader's prefetch_factor (2 by default).
-        num_workers: DataLoader's num_workers; 0 uses no shared memory.
-        free_shm: free bytes of /dev/shm; measured when None.
-
-    Returns:
-        A :class:`CheckResult` named ``shm_budget`` whose ``data`` holds ``estimate_bytes``,
-        ``free_bytes`` and ``fraction``.
+    The estimate is :func:`labutils.kit.shmwatch.in_flight_rule`: ``batch_bytes x (prefetch_factor x
+    num_workers + 2)`` (each worker's prefetched batches, plus the loop's batch and the next one; notebook 05
+    measures it). ``batch_bytes`` is an int or a size like ``"12M"``. FAIL when the estimate exceeds the free
+    space, WARN above half of it; ``data`` holds ``estimate_bytes``, ``free_bytes`` and ``fraction``.
     """
     batch = parse_size(batch_bytes)
     if prefetch_factor < 1:
@@ -280,13 +260,11 @@ def shm_budget(
 
 
 def _check_nofile(num_workers: Optional[int]) -> CheckResult:
-    try:
-        import resource
-    except ImportError:
+    limits = probes.nofile_limits()
+    if limits is None:
         return CheckResult("nofile", "OK", "RLIMIT_NOFILE does not exist on this platform")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    fds = probes.open_fds()
-    unlimited = resource.RLIM_INFINITY
+    (soft, hard), fds = limits, probes.open_fds()
+    unlimited = probes.RLIM_INFINITY
 
     def show(n: int) -> str:
         return "unlimited" if n == unlimited else str(n)
@@ -455,28 +433,14 @@ def doctor(
     import_torch: bool = False,
     runner_probes: bool = False,
 ) -> DoctorReport:
-    """Check this machine and process for multi-process data loading.
+    """Check this machine and process for multi-process data loading; ``report.ok`` is False on any FAIL.
 
-    Checks: python, torch (version and CUDA build, read from its files unless torch is already
-    imported or ``import_torch`` is True: importing costs 1.2-5 s here), start_method (default and
-    what it means), main_importable (can spawn/forkserver children import ``__main__``?), shm (/dev/shm
-    size and free space), shm_budget (only with ``batch_bytes``: see :func:`shm_budget`), nofile
-    (RLIMIT_NOFILE and open fds), memory (available, cgroup v1/v2 limit), cpus (affinity and cgroup
-    quota versus ``num_workers``), cuda (build, and whether CUDA is initialised before forking),
-    removeipc (will systemd-logind delete this user's /dev/shm files at their last logout?), runner (what
-    the isolated runner may do here: pidfds, cgroups, kmsg, systemd scope, private /dev/shm).
-
-    Args:
-        num_workers: the planned DataLoader num_workers (for the cpus and shm_budget checks).
-        batch_bytes: bytes of one collated batch, int or size string like ``"12M"``.
-        prefetch_factor: the planned prefetch_factor.
-        start_method: the planned multiprocessing context (``fork``, ``spawn``, ``forkserver``); the
-            platform default when None.
-        import_torch: import torch to prove the install works (slow) instead of reading its version file.
-        runner_probes: also try a systemd scope and a private /dev/shm for the ``runner`` check (seconds).
-
-    Returns:
-        A :class:`DoctorReport`; ``report.ok`` is False when any check FAILs.
+    Checks: python, torch, start_method, main_importable, shm, shm_budget (only with ``batch_bytes``),
+    nofile, memory (and the cgroup limit), cpus (against ``num_workers``), cuda, removeipc, runner (what
+    the isolated runner may do here). The planned ``num_workers``, ``batch_bytes``, ``prefetch_factor``
+    and ``start_method`` (the platform's when None) refine them. ``import_torch`` imports torch to prove
+    it works (1-5 s) instead of reading its version file; ``runner_probes`` also tries a systemd scope and
+    a private /dev/shm (seconds).
     """
     t0 = time.perf_counter()
     torch = probes.torch_info(import_torch)

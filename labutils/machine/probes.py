@@ -92,13 +92,16 @@ def open_fds() -> Optional[int]:
     return None
 
 
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None
+RLIM_INFINITY = getattr(resource, "RLIM_INFINITY", -1)
+
+
 def nofile_limits() -> Optional[tuple]:
-    """(soft, hard) RLIMIT_NOFILE, ``resource.RLIM_INFINITY`` for unlimited; None where it does not exist."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
+    """(soft, hard) RLIMIT_NOFILE, :data:`RLIM_INFINITY` for unlimited; None where it does not exist."""
+    return None if resource is None else resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def meminfo() -> dict:
@@ -165,6 +168,17 @@ def read_torch_version_file(package_dir: str) -> dict:
     return values
 
 
+def torch_dir() -> Optional[str]:
+    """The folder of the installed torch package, found without importing it; None when there is none."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    return list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+
+
 def torch_info(import_torch: bool = False) -> TorchInfo:
     """Describe torch without importing it (importing costs 1-5 s) unless asked to or already imported."""
     if "torch" not in sys.modules and import_torch:
@@ -181,15 +195,9 @@ def torch_info(import_torch: bool = False) -> TorchInfo:
         version = getattr(torch, "__version__", None)
         cuda = getattr(getattr(torch, "version", None), "cuda", None)
         return TorchInfo(torch, str(version), cuda, getattr(torch, "__file__", None), import_s=seconds)
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError) as exc:
-        return TorchInfo(error=f"{type(exc).__name__}: {exc}")
-    if spec is None or not spec.submodule_search_locations:
+    package_dir = torch_dir()
+    if package_dir is None:
         return TorchInfo(error="No module named 'torch'")
-    package_dir = list(spec.submodule_search_locations)[0]
     values = read_torch_version_file(package_dir)
     return TorchInfo(None, values.get("__version__"), values.get("cuda"), package_dir)
 
@@ -306,10 +314,8 @@ def environment_lines(options: Optional[dict] = None, iters: Optional[list] = No
         lines.append(f"/dev/shm: {_mib(shm[1])} free of {_mib(shm[0])}" if shm else "/dev/shm: not present")
     limits = nofile_limits()
     if limits:
-        import resource
-
         soft, hard = limits
-        hard_s = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+        hard_s = "unlimited" if hard == RLIM_INFINITY else str(hard)
         if options.get("nofile"):
             lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {soft}/{hard_s})")
         else:
