@@ -7,19 +7,10 @@ from typing import Optional
 
 from ..runner import startmethod
 from . import messages as vocab
-from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
-from .decide import (
-    _decide,
-    _summary,
-)
-from .evidence import (
-    _Facts,
-    _Finding,
-    _short,
-    _Worker,
-    _worker_pids_named,
-)
-from .model import Diagnosis, _fixes, environment_probes
+from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN, fixes_for
+from .decide import _decide, _summary
+from .evidence import _Facts, _Finding, _short, workers_named
+from .model import Diagnosis, probe_lines
 from .rules import _unexplained
 
 
@@ -57,9 +48,7 @@ def _process_verdict(facts: _Facts, node, tree: list) -> dict:
                  memory_limit=facts.memory_limit, watchdog_kills=list(facts.watchdog_kills))
     sub.ended = node.chain
     codes = {n.pid: n.exitcode for n in tree if n.role == "worker"}
-    sub.workers = [_Worker(pid, codes.get(pid)) for pid in _worker_pids_named(node.chain)]
-    if not sub.workers and any(vocab.WRAPPER.match(e.head) and "worker process" in e.head for e in node.chain):
-        sub.workers = [_Worker(None, None)]  # "Caught X in DataLoader worker process N": it had workers
+    sub.workers = workers_named(node.chain, codes)
     cause, mine, conf, others, recovered = _decide(sub)
     line = vocab.WORKER_LINE.search(facts.stderr)
     if line and conf == "low" and cause in ("worker_exit", UNKNOWN):
@@ -119,10 +108,7 @@ def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
     evidence += [f"process tree: {_tree_line(n)}" for n in tree]
     if main_end:
         evidence.append(f"main process: {main_end[len('the main process '):]}")
-    try:
-        evidence.extend(environment_probes(facts.options, facts.iters))
-    except Exception as exc:  # noqa: BLE001 - probes are extra, never fatal
-        evidence.append(f"environment probes failed: {exc!r}")
+    evidence += probe_lines(facts)
     variant = next((f.variant for f in mine if f.variant not in (None, "startup", "no_memory_evidence")), None)
     if cause == "oom_killed":
         variant = "no_memory_evidence" if conf == "low" else None
@@ -130,7 +116,7 @@ def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
     loose = _unexplained(cause, facts, tree)
     if loose and conf == "high":
         conf = "medium"
-    return Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, "run", False,
+    return Diagnosis(cause, summary, evidence, fixes_for(cause, variant), conf, "run", False,
                      process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
 
 

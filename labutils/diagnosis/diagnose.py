@@ -34,34 +34,22 @@ import re
 from typing import Optional
 
 from . import messages as vocab
-from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix
+from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
+from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
+from .decide import _decide, _summary
 from .deciding import GENERIC_DEATH, SCRIPT, open_question
+from .evidence import _batches, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
 from .fromlog import cut_before_its_error, facts_from_text, memory_words, reruns_main
 from .gather import facts_from_exception, facts_from_result
 from .logread import LogText, read_text
-
-__all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "environment_probes",
-           "explain", "explain_log", "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures",
-           "worker_death_kind"]
-
-from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
-from .decide import _decide, _summary
-from .evidence import (
-    _batches,
-    _Facts,
-    _Finding,
-    _last_printed_chain,
-    _short,
-    _worker_pids_named,
-    is_worker_death,
-    with_quoted,
-    worker_death_kind,
-)
-from .model import Diagnosis, _fixes, environment_probes
+from .model import Diagnosis, probe_lines
 from .pickling import find_unpicklable
 from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import build_tree
+
+__all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "explain", "explain_log",
+           "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures", "worker_death_kind"]
 
 
 # =========================================================================== explain
@@ -88,8 +76,7 @@ def explain(obj) -> Diagnosis:
         raise TypeError(f"explain() takes a RunResult, an exception or a log's text (str), not "
                         f"{type(obj).__name__}")
 
-    tree = build_tree(obj, _last_printed_chain, _worker_pids_named, _run_method(facts)) \
-        if facts.source == "run" else []
+    tree = build_tree(obj, _run_method(facts)) if facts.source == "run" else []
     cause, mine, conf, others, recovered = _decide(facts)
     verdicts = _child_verdicts(facts, tree)
     chosen = next((v for v in verdicts if _child_decides(facts, v, cause)), None)
@@ -118,10 +105,7 @@ def explain(obj) -> Diagnosis:
         evidence.append(f"memory limit of the run: {ml['limit'] / 2**20:.0f} MiB, enforced by "
                         f"{ml.get('enforced_by', '?')} ({ml.get('mechanism', '')})".rstrip(" ()"))
     evidence.extend(facts.notes)
-    try:
-        evidence.extend(environment_probes(facts.options, facts.iters, live=facts.source == "exception"))
-    except Exception as exc:  # noqa: BLE001 - probes are extra, never fatal
-        evidence.append(f"environment probes failed: {exc!r}")
+    evidence += probe_lines(facts)
     if cause == "unpicklable_dataset" and facts.live_dataset is not None:
         evidence.extend(_blockers(facts.live_dataset))
 
@@ -139,7 +123,7 @@ def explain(obj) -> Diagnosis:
         evidence.insert(len(mine), f"failing process: DataLoader worker pid {process['pid']} of the main process"
                         + (f" ({process['name']})" if process["name"] else "")
                         + (f", started by {process['start_method']}" if process["start_method"] else ""))
-    d = Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, facts.source, recovered,
+    d = Diagnosis(cause, summary, evidence, fixes_for(cause, variant), conf, facts.source, recovered,
                   process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
     return _with_open_question(d, mine)
 
@@ -162,8 +146,8 @@ def explain_log(log: LogText) -> Diagnosis:
     if stuck:  # a stack dump (faulthandler, py-spy) taken while the job made no progress
         mine = [_Finding("hang", stuck.replace("faulthandler dump", "a stack dump in the text"), "medium")]
         d = Diagnosis("hang", "a stack dump in the text shows the main process waiting for a batch that did not "
-                      "come: a hang (the text cannot show for how long nothing came)", [mine[0].text], _fixes("hang"),
-                      "medium", "log")
+                      "come: a hang (the text cannot show for how long nothing came)", [mine[0].text],
+                      fixes_for("hang"), "medium", "log")
         return _log_caps(_with_open_question(d, mine), mine, [], log, [])
     if not facts.ended and facts.main_signal is None:
         d = Diagnosis(UNKNOWN, "no DataLoader failure in this text: no Python traceback, no PyTorch message "
@@ -200,7 +184,7 @@ def explain_log(log: LogText) -> Diagnosis:
     variant = next((f.variant for f in mine if f.variant not in (None, "startup")), None)
     if cause == "oom_killed" and conf != "high":
         variant = "no_memory_evidence"
-    d = Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, "log", recovered, unexplained=loose[:8])
+    d = Diagnosis(cause, summary, evidence, fixes_for(cause, variant), conf, "log", recovered, unexplained=loose[:8])
     d = _log_caps(_with_open_question(d, mine), mine, memory, log, loose)
     if cut_before_its_error(facts.ended) and cause != "missing_main_guard":
         d.confidence = "low"
@@ -293,7 +277,7 @@ def _status_lines(facts: _Facts) -> list:
             state = f"killed by {vocab.signal_name(-w.exitcode)}"
             if w.pid in oom:
                 state += " (by: kernel_oom" + (", named in the kernel log)" if named else ")")
-            elif w.watchdog:
+            elif w.killed_by_watchdog:
                 state += " (by: the lab's memory watchdog)"
             elif -w.exitcode in vocab.NATIVE_SIGNALS and after_the_failure(facts, w):
                 state += " (after the failure: while the DataLoader shut its workers down)"

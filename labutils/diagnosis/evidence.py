@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..runner.result import ProcessInfo
 from . import messages as vocab
 from .chain import links as _chain_links
 
@@ -97,18 +98,6 @@ class _Exc:
 
 
 @dataclass
-class _Worker:
-    pid: Optional[int]
-    exitcode: Optional[int]
-    role: str = "dataloader_worker"
-    watchdog: bool = False
-    kernel_oom: bool = False
-    peak_rss: Optional[int] = None
-    #: when the runner saw it end (time.time() of the monitor's tick, so at or after its death); None if unseen
-    t: Optional[float] = None
-
-
-@dataclass
 class _Finding:
     cause: str
     text: str
@@ -133,7 +122,9 @@ class _Facts:
     source: str
     ended: list = field(default_factory=list)  # the chain that ended the script (or a live chain)
     loader_errors: list = field(default_factory=list)  # chains that escaped next()/iter(), in time order
-    workers: list = field(default_factory=list)
+    workers: list = field(default_factory=list)  # ProcessInfo, as the run recorded them
+    #: when the runner saw each process end (pid -> time.time() of the monitor's tick, at or after its death)
+    ended_at: dict = field(default_factory=dict)
     #: DataLoader workers the monitor saw end in processes the main one started (torchrun's ranks' workers)
     other_loader_workers: int = 0
     stderr: str = ""
@@ -390,65 +381,15 @@ _WHO = {"child_start": "a spawned child printed while starting", "worker": "a wo
         "mp_child": "a child process printed"}
 
 
-
-# =========================================================================== printed chains
-_TR_LINK = {"The above exception was the direct cause of the following exception:": "cause",
-            "During handling of the above exception, another exception occurred:": "context"}
-
-
-def _last_printed_chain(text: str) -> list:
-    """The last exception chain Python printed in ``text``, as ``_Exc`` (the one that ended it first)."""
-    lines = text.splitlines()
-    starts = [i for i, ln in enumerate(lines) if ln.strip() == "Traceback (most recent call last):"]
-    if not starts:
-        return []
-    first = starts[-1]
-    for i in reversed(starts[:-1]):  # walk back over tracebacks joined by "The above exception ..."
-        if not any(ln.strip() in _TR_LINK for ln in lines[i:first]):
-            break
-        first = i
-    segments, links, cur = [], [], None
-    for ln in lines[first:]:
-        if ln.strip() == "Traceback (most recent call last):":
-            cur = {"frames": [], "message": []}
-            segments.append(cur)
-        elif ln.strip() in _TR_LINK:
-            links.append(_TR_LINK[ln.strip()])
-            cur = None
-        elif cur is not None:
-            if not cur["message"] and (ln.startswith((" ", "\t")) or not ln.strip()):
-                cur["frames"].append(ln)
-            else:
-                cur["message"].append(ln)
-    chain = []
-    for seg in segments:
-        msg = "\n".join(seg["message"]).strip()
-        head = msg.splitlines()[0] if msg else ""
-        kind, sep, rest = head.partition(":")
-        kind = kind.strip().rsplit(".", 1)[-1]
-        if not sep and re.fullmatch(r"\w+", head.strip()):
-            kind, rest = head.strip().rsplit(".", 1)[-1], ""
-        elif not kind or " " in kind:
-            kind, rest = "?", head
-        message = "\n".join([rest.strip(), *msg.splitlines()[1:]]).strip()
-        tb = "\n".join(["Traceback (most recent call last):", *seg["frames"], msg])
-        chain.append(_Exc(kind, message, tb, None, "ended"))
-    chain.reverse()  # printed oldest first; the one that ended the rank is first here
-    for n in range(1, len(chain)):
-        chain[n].link = links[len(chain) - 1 - n] if len(chain) - 1 - n < len(links) else "cause"
-    return chain
-
-
 def _worker_pids_named(chain: list) -> list:
-    pids: list = []
-    for e in chain:
-        for regex in (vocab.KILLED, vocab.EXIT_CODE):
-            m = regex.match(e.head)
-            if m and int(m.group(1)) not in pids:
-                pids.append(int(m.group(1)))
-        m = vocab.DIED.match(e.head)
-        if m:
-            pids += [int(p) for p in m.group(1).replace(" ", "").split(",") if p and int(p) not in pids]
-    return pids
+    return vocab.worker_pids("\n".join(e.head for e in chain))
 
 
+def workers_named(chain: list, codes: Optional[dict] = None) -> list:
+    """The DataLoader workers PyTorch's messages in ``chain`` name (their exit statuses from ``codes``, where the
+    record has them); one worker of unknown pid where only a worker's error quoted in it says there were some."""
+    pids = _worker_pids_named(chain) or vocab.worker_pids("\n".join(e.message or "" for e in chain))
+    if not pids and any("worker process" in e.head or vocab.OLD_WRAPPER.match((e.message or "").strip())
+                        for e in chain):
+        pids = [None]
+    return [ProcessInfo(pid, role="dataloader_worker", exitcode=(codes or {}).get(pid)) for pid in pids]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from . import messages as vocab
-from .evidence import _Exc, _Facts, _Worker, _worker_pids_named, quoted, with_quoted, worker_death_kind
+from .evidence import _Exc, _Facts, quoted, with_quoted, worker_death_kind, workers_named
 
 HEADER = "Traceback (most recent call last):"
 _LINKS = {"The above exception was the direct cause of the following exception:": "cause",
@@ -78,12 +78,12 @@ def _exc(frames: list, message: list) -> _Exc:
     return _Exc(kind, text, "\n".join([HEADER, *frames, *message]), None, "ended")
 
 
-def printed_chains(text: str) -> list:
+def printed_chains(text: str, headless: bool = True) -> list:
     """Every exception chain printed in ``text`` as ``(line index, [_Exc, ...] outermost first)``, in order.
 
-    A chain is one or more tracebacks joined by Python's "The above exception ..." lines. A traceback whose
-    top was cut off (frames, then the exception line, with no header) and a lone ``Type: message`` line of a
-    DataLoader message (pytest's ``E`` lines, a chat paste) count as one-link chains without a header."""
+    A chain is one or more tracebacks joined by Python's "The above exception ..." lines. With ``headless``, a
+    traceback whose top was cut off (frames, then the exception line, with no header) and a lone ``Type:
+    message`` line of a DataLoader message (pytest's ``E`` lines, a chat paste) count as one-link chains."""
     lines = text.split("\n")
     out, i, used = [], 0, set()
     while i < len(lines):
@@ -113,9 +113,16 @@ def printed_chains(text: str) -> list:
             out.append((start, chain))
         else:
             i += 1
-    out += _headless(lines, used)
-    out.sort(key=lambda pair: pair[0])
+    if headless:
+        out += _headless(lines, used)
+        out.sort(key=lambda pair: pair[0])
     return out
+
+
+def last_chain(text: str) -> list:
+    """The last exception chain printed in ``text`` with its traceback header, outermost first; [] if none."""
+    chains = printed_chains(text, headless=False)
+    return chains[-1][1] if chains else []
 
 
 def _after_ignored(lines: list, start: int) -> bool:
@@ -250,11 +257,7 @@ def facts_from_text(text: str) -> tuple:
     words = platform(text)
     facts = _Facts(source="log", outcome="failed" if main else None, stderr=text)
     facts.ended = with_quoted(main)
-    pids = _worker_pids_named(facts.ended) or vocab.worker_pids("\n".join(e.message for e in facts.ended))
-    facts.workers = [_Worker(pid, None) for pid in pids]
-    if not facts.workers and any("worker process" in e.head or vocab.OLD_WRAPPER.match(e.message.strip())
-                                 for e in facts.ended):
-        facts.workers = [_Worker(None, None)]
+    facts.workers = workers_named(facts.ended)
 
     def kernel_record(pids, since=None):
         lines = [words["kernel"][p] for p in pids if p in words["kernel"]]

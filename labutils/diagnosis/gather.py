@@ -13,8 +13,9 @@ import os
 
 from ..machine import probes
 from ..runner import startmethod
+from ..runner.result import ProcessInfo
 from .chain import loader_iter
-from .evidence import _chain_of, _Exc, _Facts, _Finding, _Worker, plain_text, with_quoted
+from .evidence import _chain_of, _Exc, _Facts, _Finding, plain_text, with_quoted
 
 __all__ = ["facts_from_exception", "facts_from_result"]
 
@@ -23,11 +24,11 @@ def facts_from_result(result) -> _Facts:
     """The facts of a finished run, from its record."""
     facts = _Facts(source="run", outcome=result.outcome, returncode=result.returncode,
                    main_signal=result.signal, stderr=plain_text(result.stderr),
-                   watchdog_kills=list(result.watchdog_kills or []), options=dict(result.options or {}),
-                   reason=result.reason)
+                   watchdog_kills=list(result.watchdog_kills), options=dict(result.options), reason=result.reason,
+                   memory_limit=result.memory_limit, stall=result.stall, stacks=dict(result.stacks))
     facts.ended = with_quoted([_Exc(e.type, plain_text(e.message), plain_text(e.traceback), e.link, "ended")
                                for e in result.exceptions])
-    events = list(result.loader_events or [])
+    events = result.loader_events
     for ev in events:
         kind = ev.get("event")
         if kind in ("error", "init_error") and ev.get("chain"):
@@ -39,41 +40,25 @@ def facts_from_result(result) -> _Facts:
     facts.raised = [ev["t"] for ev in events if ev.get("event") in ("error", "init_error", "sigchld_error")
                     and isinstance(ev.get("t"), (int, float))]
     progress = [ev for ev in events if ev.get("event") == "progress" and isinstance(ev.get("batches"), int)]
-    extra = getattr(result, "progress", None)
-    if isinstance(extra, (list, tuple)):
-        progress += [p for p in extra if isinstance(p, dict) and isinstance(p.get("batches"), int)]
     per_iter: dict = {}
     for ev in progress:  # batches delivered so far by each iterator: the last count of each, summed
-        key = ev.get("iter")
-        per_iter[key] = max(per_iter.get(key, 0), ev["batches"])
-    if isinstance(extra, int):
-        per_iter = {None: extra}
+        per_iter[ev.get("iter")] = max(per_iter.get(ev.get("iter"), 0), ev["batches"])
     facts.batches = sum(per_iter.values()) if per_iter else None
-    ended_at: dict = {}
-    for ev in getattr(result, "events", None) or []:  # the monitor's record of each death, in order
-        if isinstance(ev, dict) and isinstance(ev.get("t"), (int, float)):
-            ended_at.setdefault(ev.get("pid"), ev["t"])
-    for w in result.workers:
-        facts.workers.append(_Worker(w.pid, w.exitcode, w.role, bool(w.killed_by_watchdog),
-                                     bool(getattr(w, "killed_by_kernel_oom", False)), w.peak_rss,
-                                     ended_at.get(w.pid)))
+    for ev in result.events:  # the monitor's record of each death, in order
+        if isinstance(ev.get("t"), (int, float)):
+            facts.ended_at.setdefault(ev.get("pid"), ev["t"])
+    facts.workers = list(result.workers)
     mine = {w.pid for w in result.workers}
-    facts.other_loader_workers = len({ev.get("pid") for ev in getattr(result, "events", None) or []
-                                      if isinstance(ev, dict) and ev.get("name") == "pt_data_worker"
-                                      and ev.get("pid") not in mine})
-    facts.memory_limit = getattr(result, "memory_limit", None)
-    facts.stall = getattr(result, "stall", None)
-    facts.stacks = dict(getattr(result, "stacks", None) or {})
+    facts.other_loader_workers = len({ev.get("pid") for ev in result.events
+                                      if ev.get("name") == "pt_data_worker" and ev.get("pid") not in mine})
     facts.env = dict(facts.options.get("env") or {})
     facts.kernel_record = probes.kernel_oom_record
-    stamps = [e["t"] for e in [*getattr(result, "loader_events", []), *(getattr(result, "events", None) or [])]
-              if isinstance(e.get("t"), (int, float))]
+    stamps = [e["t"] for e in [*events, *result.events] if isinstance(e.get("t"), (int, float))]
     if stamps:  # the first record of the run, less its start-up: no process of it is older
-        facts.since = min(stamps) - (getattr(result, "wall_time", 0.0) or 0.0) - 1.0
+        facts.since = min(stamps) - (result.wall_time or 0.0) - 1.0
     batch_times = [ev["t"] for ev in progress if isinstance(ev.get("t"), (int, float))]
     facts.last_batch_t = max(batch_times) if batch_times else None
-    ends = stamps + [x["t"] for x in getattr(result, "samples", None) or []
-                     if isinstance(x, dict) and isinstance(x.get("t"), (int, float))]
+    ends = stamps + [x["t"] for x in result.samples if isinstance(x, dict) and isinstance(x.get("t"), (int, float))]
     facts.end_t = max(ends) if ends else None
     return facts
 
@@ -95,7 +80,7 @@ def facts_from_exception(exc: BaseException) -> _Facts:
                 code = w.exitcode
             except Exception:  # noqa: BLE001
                 code = None
-            facts.workers.append(_Worker(getattr(w, "pid", None), code))
+            facts.workers.append(ProcessInfo(getattr(w, "pid", None), role="dataloader_worker", exitcode=code))
             method = method or getattr(type(w), "_start_method", None)
         if workers and method is None:  # the default context: its Process class names no method
             method = startmethod.current()

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..machine import probes
-from .causes import LOADER_CAUSES, fixes_for
+from .causes import LOADER_CAUSES
 
 
 # =========================================================================== public result type
@@ -93,12 +93,11 @@ class Diagnosis:
                 + "</div>")
 
 
-def _fixes(cause: str, variant: Optional[str] = None) -> list:
-    return fixes_for(cause, variant)
-
-
 # =========================================================================== environment probes
-def environment_probes(options: Optional[dict] = None, iters: Optional[list] = None,
-                       live: bool = False) -> list:
-    """Short lines about this machine (and a run's limits) that bear on DataLoader failures."""
-    return probes.environment_lines(options, iters, live)
+def probe_lines(facts) -> list:
+    """Short lines about this machine (and a run's limits) that bear on DataLoader failures; probes are extra,
+    so one that fails is a line of evidence, never an error of the diagnosis."""
+    try:
+        return probes.environment_lines(facts.options, facts.iters, facts.source == "exception")
+    except Exception as exc:  # noqa: BLE001
+        return [f"environment probes failed: {exc!r}"]

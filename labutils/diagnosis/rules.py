@@ -211,11 +211,11 @@ def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> O
             return (f"the lab's memory watchdog SIGKILLed it at {(k.get('rss') or 0) / 2**20:.0f} MiB RSS "
                     f"(budget {(k.get('budget') or 0) / 2**20:.0f} MiB) - its stand-in for the kernel OOM killer")
     w = next((w for w in facts.workers if w.pid == pid), None)
-    if w is not None and w.watchdog:
+    if w is not None and w.killed_by_watchdog:
         return "the lab's memory watchdog SIGKILLed it (its stand-in for the kernel OOM killer)"
     ml = facts.memory_limit or {}
     rec = ml.get("kernel_record") if isinstance(ml, dict) else None
-    if w is not None and w.kernel_oom and not rec:
+    if w is not None and w.killed_by_kernel_oom and not rec:
         return "the kernel's OOM killer killed it (the run's cgroup recorded the kill)"
     if isinstance(rec, dict) and (rec.get("oom_kill") or 0) > 0:
         killed, named = kernel_killed(facts)
@@ -251,7 +251,7 @@ def kernel_killed(facts: _Facts) -> tuple:
     rec = ml.get("kernel_record") if isinstance(ml.get("kernel_record"), dict) else {}
     pids = list(rec.get("killed_pids") or [])
     if not rec:  # no record of the kernel's own: the runner's flag per process is all there is
-        return {w.pid for w in facts.workers if w.kernel_oom}, False
+        return {w.pid for w in facts.workers if w.killed_by_kernel_oom}, False
     if rec.get("killed_pids_from") == "dmesg":
         return set(pids), True
     codes = {w.pid: w.exitcode for w in facts.workers}
@@ -293,10 +293,10 @@ def after_the_failure(facts: _Facts, w) -> Optional[str]:
     if listed:
         return (f"PyTorch's list of the workers dead when it raised, pid(s) {them}, leaves it out: it was "
                 "alive then")
-    seen = [x.t for x in dead]
-    if w.t is None or None in seen or w.t <= max(seen) or (facts.raised and w.t <= min(facts.raised)):
+    seen, t = [facts.ended_at.get(x.pid) for x in dead], facts.ended_at.get(w.pid)
+    if t is None or None in seen or t <= max(seen) or (facts.raised and t <= min(facts.raised)):
         return None
-    return (f"the runner saw it end {w.t - max(seen):.2f} s after pid(s) {them}"
+    return (f"the runner saw it end {t - max(seen):.2f} s after pid(s) {them}"
             + (", and after the error was raised" if facts.raised else ""))
 
 

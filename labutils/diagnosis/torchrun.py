@@ -7,20 +7,11 @@ import re
 from typing import Optional
 
 from . import messages as vocab
-from .causes import CATALOGUE, UNKNOWN
-from .decide import (
-    _decide,
-    _summary,
-)
-from .evidence import (
-    _Facts,
-    _Finding,
-    _last_printed_chain,
-    _short,
-    _Worker,
-    _worker_pids_named,
-)
-from .model import Diagnosis, _fixes, environment_probes
+from .causes import CATALOGUE, UNKNOWN, fixes_for
+from .decide import _decide, _summary
+from .evidence import _Facts, _Finding, _short, workers_named
+from .fromlog import last_chain
+from .model import Diagnosis, probe_lines
 
 # =========================================================================== torchrun launches
 # torchrun (torch.distributed.run) starts one process per rank and, when one fails, stops the others
@@ -114,9 +105,9 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
     rank, code = failure["rank"], failure["exitcode"]
     own = rank_output(facts.stderr, rank)
     origin = f"rank {rank}'s own traceback on stderr ([rank{rank}]: lines)"
-    chain = _last_printed_chain(own) if own else []
+    chain = last_chain(own) if own else []
     if not chain and "Traceback (most recent call last):" in failure["traceback"]:
-        chain, origin = _last_printed_chain(failure["traceback"]), "the traceback in torchrun's failure block"
+        chain, origin = last_chain(failure["traceback"]), "the traceback in torchrun's failure block"
     if not chain and not own:  # torch < 2.2 prints rank lines without a prefix: the whole stderr, less sure
         text = facts.stderr
         cut = text.rfind("ChildFailedError")
@@ -124,16 +115,14 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
             text = text[:max(text.rfind("Traceback (most recent call last):", 0, cut), 0)]
         if "Original exception was:" in text:  # the rank's excepthook failed; Python printed the original
             text = text[text.rfind("Original exception was:"):]
-        chain = _last_printed_chain(text)
+        chain = last_chain(text)
         origin = "the last traceback on the launch's stderr (no [rankN]: prefixes to tell ranks apart)"
     sub = _Facts(source="run", outcome="failed", returncode=code, stderr=own or facts.stderr,
                  options=dict(facts.options), env=dict(facts.env), kernel_record=facts.kernel_record,
                  since=facts.since)
     sub.main_signal = -code if isinstance(code, int) and code < 0 else None
     sub.ended = chain
-    sub.workers = [_Worker(pid, None) for pid in _worker_pids_named(chain)]
-    if not sub.workers and any(vocab.WRAPPER.match(e.head) and "worker process" in e.head for e in chain):
-        sub.workers = [_Worker(None, None)]  # "Caught X in DataLoader worker process N": it had workers
+    sub.workers = workers_named(chain)
     cause, mine, conf, others, recovered = _decide(sub)
     if not chain and sub.main_signal is None:
         cause, conf = UNKNOWN, "low"
@@ -201,13 +190,10 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
         evidence.append(f"rank {f['rank']} (local rank {f['local_rank']}, pid {f['pid']}): {state}{note}")
     evidence.append("launcher (torchrun): " + (f"exit code {facts.returncode}" if facts.returncode is not None
                                                 else "no exit code recorded"))
-    try:
-        evidence.extend(environment_probes(facts.options, facts.iters))
-    except Exception as exc:  # noqa: BLE001 - probes are extra, never fatal
-        evidence.append(f"environment probes failed: {exc!r}")
+    evidence += probe_lines(facts)
     variant = next((f.variant for f in mine if f.variant not in (None, "startup")), None)
     launch = {"launcher": "torchrun", "rank": rank, "local_rank": root["local_rank"], "exitcode": code,
               "pid": root["pid"], "signal": root["signal"], "error_file": root["error_file"],
               "root_cause_rank": first["rank"], "failures": failures}
-    return Diagnosis(cause, summary, evidence, _fixes(cause, variant) if cause in CATALOGUE else [], conf,
+    return Diagnosis(cause, summary, evidence, fixes_for(cause, variant) if cause in CATALOGUE else [], conf,
                      "run", chosen["recovered"], launch)

@@ -26,18 +26,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .evidence import plain_text
+from .evidence import _worker_pids_named, plain_text
+from .fromlog import last_chain, printed_chains
+from .messages import signal_from_word
 
 __all__ = ["ProcNode", "build_tree"]
 
 _HEADER = re.compile(r"^Process (.+):$")
-_TB = "Traceback (most recent call last):"
-_LINKS = ("The above exception was the direct cause of the following exception:",
-          "During handling of the above exception, another exception occurred:")
 _SPAWN_ERR = re.compile(r"^\s*-- Process (\d+) terminated with the following error:\s*$", re.M)
 _SPAWN_EXIT = re.compile(r"process (\d+) terminated with (?:signal (\w+)|exit code (-?\d+))")
-_SIGNUMS = {"SIGSEGV": 11, "SIGKILL": 9, "SIGBUS": 7, "SIGABRT": 6, "SIGFPE": 8, "SIGILL": 4, "SIGTERM": 15,
-            "SIGINT": 2}
 _METHOD_BY_NAME = (("ForkServerProcess", "forkserver"), ("SpawnProcess", "spawn"), ("ForkProcess", "fork"))
 
 
@@ -53,7 +50,6 @@ class ProcNode:
     exitcode: Optional[int] = None
     via: str = ""  # how its error reached the record: "stderr", "ProcessRaisedException", "_RemoteTraceback"
     chain: list = field(default_factory=list)  # the error that ended it, outermost first (diagnose._Exc)
-    text: str = ""  # the traceback text it printed or sent back
     candidates: tuple = ()  # a pool job: the pids of the pool's processes, one of which ran it
 
     def to_dict(self) -> dict:
@@ -77,56 +73,11 @@ def _method_of(name: str, text: str, default: Optional[str] = None) -> Optional[
     return default
 
 
-def _chain_text(lines: list, start: int) -> tuple:
-    """The text of the exception chain printed from ``lines[start]`` (a Traceback line) and where it ends:
-    tracebacks joined by Python's link lines, each up to its exception line and the message after it."""
-    i, out = start, []
-    while i < len(lines):
-        out.append(lines[i])
-        i += 1
-        while i < len(lines) and (lines[i].startswith((" ", "\t")) or not lines[i].strip()):
-            out.append(lines[i])  # the frames
-            i += 1
-        if i < len(lines):
-            out.append(lines[i])  # the exception line
-            i += 1
-        inner = None  # inside PyTorch's "Original Traceback" of a worker: None, "frames", "done"
-        while i < len(lines):  # its message: up to a link to the next traceback or a new block
-            line = lines[i]
-            if line.strip() in _LINKS:
-                out.append(line)
-                i += 1
-                while i < len(lines) and not lines[i].strip():
-                    i += 1
-                break
-            if line.startswith(_TB) or _HEADER.match(line) or line.startswith("Exception in thread"):
-                return "\n".join(out), i
-            indented = line.startswith((" ", "\t")) or not line.strip()
-            if line.startswith("Original Traceback"):
-                inner = "frames"
-            elif inner == "frames" and not indented:
-                inner = "done"  # the worker's exception line ends the quoted traceback
-            elif not indented:
-                return "\n".join(out), i  # a line of someone else's output: the message ended above
-            out.append(line)
-            i += 1
-        else:
-            break
-        if i >= len(lines) or not lines[i].startswith(_TB):
-            break
-    return "\n".join(out), i
-
-
 def printed_blocks(stderr: str) -> list:
-    """``(name, traceback text)`` of each ``Process NAME:`` block multiprocessing printed in stderr."""
-    lines = (stderr or "").replace("\r", "").splitlines()
-    out = []
-    for i, line in enumerate(lines):
-        m = _HEADER.match(line)
-        if m and i + 1 < len(lines) and lines[i + 1].startswith(_TB):
-            text, _ = _chain_text(lines, i + 1)
-            out.append((m.group(1), text))
-    return out
+    """``(name, chain)`` of each ``Process NAME:`` block multiprocessing printed in stderr."""
+    lines = stderr.split("\n")
+    return [(m.group(1), chain) for start, chain in printed_chains(stderr, headless=False)
+            if start and (m := _HEADER.match(lines[start - 1]))]
 
 
 def _remote_text(message: str) -> str:
@@ -136,12 +87,9 @@ def _remote_text(message: str) -> str:
     return text.strip("\n")
 
 
-def build_tree(result, parse_chain, worker_pids_named, default_method: Optional[str] = None) -> list:
-    """The run's processes as :class:`ProcNode`, the main process first.
-
-    ``parse_chain(text)`` turns a printed traceback into a chain (``diagnose._last_printed_chain``), and
-    ``worker_pids_named(chain)`` lists the DataLoader worker pids its messages name."""
-    main = ProcNode(None, "main", exitcode=getattr(result, "returncode", None))
+def build_tree(result, default_method: Optional[str] = None) -> list:
+    """The run's processes as :class:`ProcNode`, the main process first."""
+    main = ProcNode(None, "main", exitcode=result.returncode)
     nodes = [main]
     children = [w for w in (result.workers or []) if w.role != "dataloader_worker"]
     by_name: dict = {}
@@ -150,21 +98,22 @@ def build_tree(result, parse_chain, worker_pids_named, default_method: Optional[
         node = ProcNode(w.pid, role, None, w.name or "", _method_of(w.name or "", "", default_method), w.exitcode)
         nodes.append(node)
         by_name.setdefault(node.name, node)
-    for name, text in printed_blocks(plain_text(result.stderr)):
+    for name, chain in printed_blocks(plain_text(result.stderr)):
         node = by_name.get(name)
         if node is None:  # a process the runner did not record (a child of a child): known by name only
             node = ProcNode(None, "child", None, name)
             nodes.append(node)
             by_name[name] = node
         if not node.chain:
-            node.chain, node.text, node.via = parse_chain(text), text, "stderr"
-            node.start_method = _method_of(name, text, node.start_method or default_method)
-    _from_main_chain(result, nodes, children, parse_chain)
-    _add_grandchildren(result, nodes, worker_pids_named)
+            node.chain, node.via = chain, "stderr"
+            node.start_method = _method_of(name, "\n".join(e.traceback for e in chain),
+                                           node.start_method or default_method)
+    _from_main_chain(result, nodes, children)
+    _add_grandchildren(result, nodes)
     return nodes
 
 
-def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
+def _from_main_chain(result, nodes: list, children: list) -> None:
     """Children's errors the main process re-raised (torch.multiprocessing.spawn, concurrent.futures)."""
     spawned = [w for w in children if (w.name or "").startswith("SpawnProcess")] or children
     for e in result.exceptions or []:
@@ -172,8 +121,7 @@ def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
         m = _SPAWN_ERR.search(msg)
         if m:
             node = _child_node(nodes, spawned, int(m.group(1)))
-            text = msg[m.end():].strip("\n")
-            node.chain, node.text, node.via = parse_chain(text), text, "ProcessRaisedException"
+            node.chain, node.via = last_chain(msg[m.end():].strip("\n")), "ProcessRaisedException"
             node.start_method = node.start_method or "spawn"
             continue
         m = _SPAWN_EXIT.search(msg) if e.type == "ProcessExitedException" else None
@@ -181,7 +129,7 @@ def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
             node = _child_node(nodes, spawned, int(m.group(1)))
             node.via = "ProcessExitedException"
             if m.group(2):
-                node.exitcode = -_SIGNUMS.get(m.group(2), 0) or node.exitcode
+                node.exitcode = -(signal_from_word(m.group(2)) or 0) or node.exitcode
             elif m.group(3):
                 node.exitcode = int(m.group(3))
             continue
@@ -194,7 +142,7 @@ def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
                                 candidates=tuple(w.pid for w in children))
                 nodes.append(node)
             if not node.chain:
-                node.chain, node.text, node.via = parse_chain(text), text, "_RemoteTraceback"
+                node.chain, node.via = last_chain(text), "_RemoteTraceback"
 
 
 def _child_node(nodes: list, spawned: list, index: int) -> ProcNode:
@@ -205,11 +153,11 @@ def _child_node(nodes: list, spawned: list, index: int) -> ProcNode:
     return node
 
 
-def _add_grandchildren(result, nodes: list, worker_pids_named) -> None:
+def _add_grandchildren(result, nodes: list) -> None:
     """Workers of a child: named in the child's chain; exit statuses from the deaths the runner saw."""
     known = {n.pid for n in nodes if n.pid is not None}
     status = {}
-    for ev in getattr(result, "events", None) or []:
+    for ev in result.events:
         pid = ev.get("pid")
         if ev.get("signal"):
             status[pid] = -ev["signal"]
@@ -218,7 +166,7 @@ def _add_grandchildren(result, nodes: list, worker_pids_named) -> None:
     for node in list(nodes):
         if node.role != "child" or not node.chain:
             continue
-        for pid in worker_pids_named(node.chain):
+        for pid in _worker_pids_named(node.chain):
             if pid not in known:
                 nodes.append(ProcNode(pid, "worker", node.pid, "", None, status.get(pid)))
                 known.add(pid)
