@@ -7,9 +7,9 @@ from typing import Optional
 
 from ..runner import startmethod
 from . import messages as vocab
-from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN, fixes_for
-from .decide import _decide, _summary
-from .evidence import _Facts, _Finding, _short, workers_named
+from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
+from .decide import _summary, decide_process, fixes_of
+from .evidence import _Facts, _short
 from .model import Diagnosis, probe_lines
 from .rules import _unexplained
 
@@ -43,22 +43,11 @@ def _child_verdicts(facts: _Facts, tree: list) -> list:
 def _process_verdict(facts: _Facts, node, tree: list) -> dict:
     """Explain one child process from its own chain, like a script of its own (its workers: the pids its
     messages name, with the exit statuses the runner saw)."""
-    sub = _Facts(source="run", outcome="failed", returncode=node.exitcode, options=dict(facts.options),
-                 env=dict(facts.env), kernel_record=facts.kernel_record, since=facts.since,
-                 memory_limit=facts.memory_limit, watchdog_kills=list(facts.watchdog_kills))
-    sub.ended = node.chain
-    codes = {n.pid: n.exitcode for n in tree if n.role == "worker"}
-    sub.workers = workers_named(node.chain, codes)
-    cause, mine, conf, others, recovered = _decide(sub)
-    line = vocab.WORKER_LINE.search(facts.stderr)
-    if line and conf == "low" and cause in ("worker_exit", UNKNOWN):
-        # the child saw only the generic death of its worker (under forkserver the fork server, not the
-        # child, is the worker's parent); the worker's own C-level line says how it died
-        kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
-        others = mine + others
-        mine = [_Finding(kind, f"stderr: a DataLoader worker printed {line.group(0)!r} before it died (the child "
-                         "that owned it saw only the generic 'exited unexpectedly')", "medium")]
-        cause, conf = kind, "medium"
+    # under forkserver the fork server, not the child, is its workers' parent: the child sees only their death
+    sub, cause, mine, conf, others, recovered = decide_process(
+        facts, node.chain, node.exitcode, "the child that owned it saw only the generic 'exited unexpectedly'",
+        {n.pid: n.exitcode for n in tree if n.role == "worker"}, memory_limit=facts.memory_limit,
+        watchdog_kills=list(facts.watchdog_kills))
     if node.via == "stderr" and not node.exitcode and conf == "high":
         conf = "medium"  # printed on stderr, and no failure of that process recorded to corroborate it
     summary = _summary(cause, sub, mine, recovered) if cause in CATALOGUE else ""
@@ -109,14 +98,11 @@ def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
     if main_end:
         evidence.append(f"main process: {main_end[len('the main process '):]}")
     evidence += probe_lines(facts)
-    variant = next((f.variant for f in mine if f.variant not in (None, "startup", "no_memory_evidence")), None)
-    if cause == "oom_killed":
-        variant = "no_memory_evidence" if conf == "low" else None
     process = dict(node.to_dict(), depth=1, parent="main")
     loose = _unexplained(cause, facts, tree)
     if loose and conf == "high":
         conf = "medium"
-    return Diagnosis(cause, summary, evidence, fixes_for(cause, variant), conf, "run", False,
+    return Diagnosis(cause, summary, evidence, fixes_of(cause, mine, conf), conf, "run", False,
                      process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
 
 

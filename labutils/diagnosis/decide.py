@@ -9,16 +9,8 @@ from typing import Optional
 
 from ..machine import probes
 from . import messages as vocab
-from .causes import CATALOGUE, PRECEDENCE, UNKNOWN
-from .evidence import (
-    _batches,
-    _Exc,
-    _Facts,
-    _Finding,
-    _frame_kind,
-    _short,
-    _through_loader,
-)
+from .causes import CATALOGUE, PRECEDENCE, UNKNOWN, fixes_for
+from .evidence import _batches, _Exc, _Facts, _Finding, _frame_kind, _short, _through_loader, workers_named
 from .rules import (
     _classify,
     _main_signal_findings,
@@ -26,6 +18,7 @@ from .rules import (
     _stall_findings,
     _stderr_findings,
     _worker_findings,
+    worker_line,
 )
 
 
@@ -199,9 +192,25 @@ def _lib_name(path: str) -> str:
 
 def _decide(facts: _Facts) -> tuple:
     """(cause, findings for it, confidence, other findings, recovered)."""
-    if facts.ended:
-        return _decide_ended(facts)
-    return _decide_without_exception(facts)
+    return _decide_ended(facts) if facts.ended else _decide_without_exception(facts)
+
+
+def decide_process(facts: _Facts, chain: list, returncode: Optional[int], saw: str, codes: Optional[dict] = None,
+                   **more) -> tuple:
+    """A process of the run (a child, a torchrun rank) explained from its own ``chain`` like a script of its own:
+    ``(its facts, cause, findings, confidence, other findings, recovered)``. Its workers are those its messages
+    name (exit statuses from ``codes``); where it saw only an echo of a worker's death, what the worker printed
+    as it died decides (``saw`` says what the process saw)."""
+    sub = _Facts(source="run", outcome="failed", returncode=returncode, options=dict(facts.options),
+                 env=dict(facts.env), kernel_record=facts.kernel_record, since=facts.since, ended=chain,
+                 workers=workers_named(chain, codes), **more)
+    cause, mine, conf, others, recovered = _decide(sub)
+    if not chain and sub.main_signal is None:
+        return sub, UNKNOWN, mine, "low", others, recovered
+    found = worker_line(facts.stderr, saw) if conf == "low" and cause in ("worker_exit", UNKNOWN) else None
+    if found is not None:
+        cause, mine, conf, others = found.cause, [found], "medium", mine + others
+    return sub, cause, mine, conf, others, recovered
 
 
 def _decide_ended(facts: _Facts) -> tuple:
@@ -385,6 +394,13 @@ def _fatal_stack(stderr: str) -> list:
 
 
 # =========================================================================== summaries
+def fixes_of(cause: str, mine: list, conf: str) -> list:
+    """The fixes of ``cause``, of the catalogue variant that fits the deciding findings ``mine``."""
+    if cause == "oom_killed":  # a SIGKILL that nothing recorded ties to memory has fixes of its own
+        return fixes_for(cause, "no_memory_evidence" if conf == "low" else None)
+    return fixes_for(cause, next((f.variant for f in mine if f.variant not in (None, "startup")), None))
+
+
 _OTHER_SENDERS = "a `kill -9`, a scheduler's preemption (Slurm, Kubernetes), `timeout -s KILL`, systemd"
 
 def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:

@@ -36,7 +36,7 @@ from typing import Optional
 from . import messages as vocab
 from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
 from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
-from .decide import _decide, _summary
+from .decide import _decide, _summary, fixes_of
 from .deciding import GENERIC_DEATH, SCRIPT, open_question
 from .evidence import _batches, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
 from .fromlog import cut_before_its_error, facts_from_text, memory_words, reruns_main
@@ -44,7 +44,7 @@ from .gather import facts_from_exception, facts_from_result
 from .logread import LogText, read_text
 from .model import Diagnosis, probe_lines
 from .pickling import find_unpicklable
-from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed
+from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed, worker_line
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import build_tree
 
@@ -84,11 +84,6 @@ def explain(obj) -> Diagnosis:
         return _child_diagnosis(facts, tree, chosen)
     others = others + [_Finding(v["cause"], f"{_describe_node(v['node'])}: {v['summary']}", "medium")
                        for v in verdicts]
-    variant = mine[0].variant if mine and mine[0].variant != "startup" else None
-    if variant is None:
-        variant = next((f.variant for f in mine if f.variant not in (None, "startup", "no_memory_evidence")), None)
-    if cause == "oom_killed":
-        variant = "no_memory_evidence" if conf == "low" else None
     evidence = [f.text for f in mine]
     for f in others:
         if f.text in evidence:
@@ -123,7 +118,7 @@ def explain(obj) -> Diagnosis:
         evidence.insert(len(mine), f"failing process: DataLoader worker pid {process['pid']} of the main process"
                         + (f" ({process['name']})" if process["name"] else "")
                         + (f", started by {process['start_method']}" if process["start_method"] else ""))
-    d = Diagnosis(cause, summary, evidence, fixes_for(cause, variant), conf, facts.source, recovered,
+    d = Diagnosis(cause, summary, evidence, fixes_of(cause, mine, conf), conf, facts.source, recovered,
                   process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
     return _with_open_question(d, mine)
 
@@ -181,10 +176,8 @@ def explain_log(log: LogText) -> Diagnosis:
         found = [f for e in with_quoted(chain) for f in _classify(e, "another traceback in the text", False)
                  if not f.cause.startswith("_") and not f.echo and f.cause != cause]
         loose += [f"{f.cause}: {f.text}" for f in found]
-    variant = next((f.variant for f in mine if f.variant not in (None, "startup")), None)
-    if cause == "oom_killed" and conf != "high":
-        variant = "no_memory_evidence"
-    d = Diagnosis(cause, summary, evidence, fixes_for(cause, variant), conf, "log", recovered, unexplained=loose[:8])
+    d = Diagnosis(cause, summary, evidence, fixes_of(cause, mine, conf), conf, "log", recovered,
+                  unexplained=loose[:8])
     d = _log_caps(_with_open_question(d, mine), mine, memory, log, loose)
     if cut_before_its_error(facts.ended) and cause != "missing_main_guard":
         d.confidence = "low"
@@ -194,20 +187,10 @@ def explain_log(log: LogText) -> Diagnosis:
 
 
 def _worker_words(text: str, cause: str, mine: list, conf: str) -> tuple:
-    """What a worker or a library printed before the worker died, where the main process saw only an echo or a
-    SIGTERM: the worker's own C-level line, a library's own stop."""
-    stop = vocab.library_stop(text)
-    if stop and cause == "worker_exit" and any(f.variant == "sigterm" for f in mine):
-        found = _Finding("native_crash", f"'{stop[0]}' in the text: {stop[1]} stopped the worker itself (its "
-                         "SIGTERM came from inside, after an unsafe fork), not a signal from outside", "medium")
-        return "native_crash", [found, *mine], "medium"
-    line = vocab.WORKER_LINE.search(text)
-    if line and (cause in ("worker_exit", UNKNOWN) and conf == "low" or cause == "outside_loader"):
-        kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
-        found = _Finding(kind, f"a DataLoader worker printed {line.group(0)!r} before it died (the main process "
-                         "saw only an echo of the death)", "medium")
-        return kind, [found, *mine], "medium"
-    return cause, mine, conf
+    """The line a worker printed as it died, where the main process saw only an echo of the death."""
+    found = worker_line(text, "the main process saw only an echo of the death") if (
+        cause in ("worker_exit", UNKNOWN) and conf == "low" or cause == "outside_loader") else None
+    return (found.cause, [found, *mine], "medium") if found else (cause, mine, conf)
 
 
 def _log_caps(d: Diagnosis, mine: list, memory: list, log: LogText, loose: list) -> Diagnosis:

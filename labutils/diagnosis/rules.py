@@ -133,6 +133,16 @@ def _classify_wrapper(e: _Exc, m, where: str, conf: str) -> _Finding:
     return _Finding("worker_exception", said, conf, detail=_short(inner, 120))
 
 
+def worker_line(text: str, saw: str) -> Optional[_Finding]:
+    """The line torch's signal handler printed in a worker as it died (a segfault, a bus error), where the
+    process that owned the worker saw only an echo of the death (``saw`` says which); None without one."""
+    line = vocab.WORKER_LINE.search(text)
+    if line is None:
+        return None
+    return _Finding("shm_exhausted" if line.group(1) == "bus error" else "native_crash", f"a DataLoader worker "
+                    f"printed {line.group(0)!r} before it died ({saw})", "medium")
+
+
 def _cause_for_signal(sig: Optional[int]) -> str:
     if sig == 9:
         return "oom_killed"

@@ -7,9 +7,9 @@ import re
 from typing import Optional
 
 from . import messages as vocab
-from .causes import CATALOGUE, UNKNOWN, fixes_for
-from .decide import _decide, _summary
-from .evidence import _Facts, _Finding, _short, workers_named
+from .causes import CATALOGUE, UNKNOWN
+from .decide import _summary, decide_process, fixes_of
+from .evidence import _Facts, _short
 from .fromlog import last_chain
 from .model import Diagnosis, probe_lines
 
@@ -117,24 +117,10 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
             text = text[text.rfind("Original exception was:"):]
         chain = last_chain(text)
         origin = "the last traceback on the launch's stderr (no [rankN]: prefixes to tell ranks apart)"
-    sub = _Facts(source="run", outcome="failed", returncode=code, stderr=own or facts.stderr,
-                 options=dict(facts.options), env=dict(facts.env), kernel_record=facts.kernel_record,
-                 since=facts.since)
-    sub.main_signal = -code if isinstance(code, int) and code < 0 else None
-    sub.ended = chain
-    sub.workers = workers_named(chain)
-    cause, mine, conf, others, recovered = _decide(sub)
-    if not chain and sub.main_signal is None:
-        cause, conf = UNKNOWN, "low"
-    line = vocab.WORKER_LINE.search(facts.stderr)  # a worker's own line has no [rankN]: prefix
-    if line and conf == "low" and cause in ("worker_exit", UNKNOWN) and (chain or sub.main_signal):
-        # the rank saw only an echo of a worker's death (a fetch from its gone socket); the worker's own
-        # C-level line says how it died
-        kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
-        mine = [_Finding(kind, f"stderr: a DataLoader worker of the launch printed {line.group(0)!r} before it "
-                         "died (under forkserver/spawn a rank may not learn its worker's signal)", "medium")]
-        others = others + [_Finding(cause, "the rank's own exception was an echo of that death", "low", echo=True)]
-        cause, conf = kind, "medium"
+    # a worker's own line has no [rankN]: prefix: it is read in the whole stderr
+    sub, cause, mine, conf, others, recovered = decide_process(
+        facts, chain, code, "under forkserver/spawn a rank may not learn its worker's signal",
+        stderr=own or facts.stderr, main_signal=-code if isinstance(code, int) and code < 0 else None)
     echo = bool(chain) and cause == "outside_loader" and bool(_PEER_ECHO.search(chain[0].message))
     stopped = failure["signal"] == "SIGTERM" and not chain
     return {"failure": failure, "cause": cause, "mine": mine, "conf": conf, "others": others,
@@ -191,9 +177,8 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
     evidence.append("launcher (torchrun): " + (f"exit code {facts.returncode}" if facts.returncode is not None
                                                 else "no exit code recorded"))
     evidence += probe_lines(facts)
-    variant = next((f.variant for f in mine if f.variant not in (None, "startup")), None)
     launch = {"launcher": "torchrun", "rank": rank, "local_rank": root["local_rank"], "exitcode": code,
               "pid": root["pid"], "signal": root["signal"], "error_file": root["error_file"],
               "root_cause_rank": first["rank"], "failures": failures}
-    return Diagnosis(cause, summary, evidence, fixes_for(cause, variant) if cause in CATALOGUE else [], conf,
+    return Diagnosis(cause, summary, evidence, fixes_of(cause, mine, conf) if cause in CATALOGUE else [], conf,
                      "run", chosen["recovered"], launch)
