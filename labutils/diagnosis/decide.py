@@ -32,7 +32,8 @@ def _single_process(facts: _Facts) -> bool:
 
 
 def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
-    """(cause, its findings, confidence) by precedence; echoes decide only when nothing else does."""
+    """(cause, its findings, confidence, the other findings) by precedence; echoes decide only when nothing else
+    does."""
     real = [f for f in findings if not f.echo and not f.cause.startswith("_")]
     for cause in PRECEDENCE:
         mine = [f for f in real if f.cause == cause]
@@ -59,11 +60,11 @@ def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
                             break
             if cause == "hang" and not (facts is not None and facts.stall):
                 conf = "low" if all(f.conf == "low" for f in mine) else "medium"
-            return cause, mine, conf
+            return cause, mine, conf, [f for f in findings if f not in mine]
     echoes = [f for f in findings if f.cause == "_died"]
     if echoes:
-        return "worker_exit", echoes, "low"
-    return None, [], "high"
+        return "worker_exit", echoes, "low", [f for f in findings if f not in echoes]
+    return None, [], "high", findings
 
 
 def _chain_where(e: _Exc) -> str:
@@ -251,7 +252,7 @@ def _decide_ended(facts: _Facts) -> tuple:
         return "outside_loader", mine, "high", others, False
     findings = _episode(facts, loader_chain)
     findings += _main_signal_findings(facts)
-    cause, mine, conf = _pick(findings, facts)
+    cause, mine, conf, rest = _pick(findings, facts)
     if cause is None:
         fb = _fallback_single(loader_chain[0], single) if loader_chain else None
         if fb is not None:
@@ -268,7 +269,7 @@ def _decide_ended(facts: _Facts) -> tuple:
     for c in facts.loader_errors:
         if not _same_chain(c, loader_chain):
             others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
-    return cause, mine, conf, [f for f in findings if f not in mine] + others, False
+    return cause, mine, conf, rest + others, False
 
 
 def _decide_without_exception(facts: _Facts) -> tuple:
@@ -292,7 +293,7 @@ def _decide_without_exception(facts: _Facts) -> tuple:
                          "high" if in_loader else "medium", variant="main_process", detail=str(sig))
             return "native_crash", [f], f.conf, _episode(facts, last_loader), False
         findings = _episode(facts, last_loader)
-        cause, mine, conf = _pick(findings, facts)
+        cause, mine, conf, _ = _pick(findings, facts)
         if cause is not None and cause != "worker_exit":
             return cause, mine, conf, [main[0]], False
         what = ("its Python stack shows no frame of torch.utils.data" if stack else
@@ -310,25 +311,19 @@ def _decide_without_exception(facts: _Facts) -> tuple:
         f = _Finding("outside_loader", f"{main[0].text}: the script was stopped from outside{who}", "medium")
         return "outside_loader", [f], "medium", findings, False
     if main:  # SIGKILL of the main process
-        findings = _episode(facts, last_loader) + main
-        cause, mine, conf = _pick(findings, facts)
-        return cause, mine, conf, [f for f in findings if f not in mine], False
+        return (*_pick(_episode(facts, last_loader) + main, facts), False)
     cut = _cut_short(facts)
     if cut is not None:
         return "ok", [cut], "medium", _episode(facts, last_loader), False
     if facts.outcome == "timed_out" or facts.stall:
-        findings = _episode(facts, last_loader) + _stall_findings(facts)
-        cause, mine, conf = _pick(findings, facts)
         # SIGTERMs of workers the runner's own kill caused, and the like, are consequences of the stop
-        return cause, mine, conf, [f for f in findings if f not in mine], False
+        return (*_pick(_episode(facts, last_loader) + _stall_findings(facts), facts), False)
     if facts.outcome == "failed":
-        if last_loader is not None:
-            findings = _episode(facts, last_loader)
-            cause, mine, conf = _pick(findings, facts)
-            if cause is not None:
-                return cause, mine, conf, [f for f in findings if f not in mine], False
+        chosen = _pick(_episode(facts, last_loader), facts) if last_loader is not None else (None,)
+        if chosen[0] is not None:
+            return (*chosen, False)
         findings = _episode(facts, None)
-        cause, mine, conf = _pick([f for f in findings if f.variant != "sigterm"], facts)
+        cause, mine, conf, _ = _pick([f for f in findings if f.variant != "sigterm"], facts)
         if cause is not None:
             return cause, mine, conf, [f for f in findings if f not in mine], False
         code = facts.returncode
@@ -366,15 +361,15 @@ def _decide_ended_well(facts: _Facts) -> tuple:
     first = facts.loader_errors[0] if facts.loader_errors else None
     if first is not None:
         findings = _episode(facts, first)
-        cause, mine, conf = _pick(findings, facts)
+        cause, mine, conf, rest = _pick(findings, facts)
         if cause is None:
             fb = _fallback_single(first[0], single)
             if fb is not None:
-                cause, mine, conf = "worker_exception", [fb], fb.conf
+                cause, mine, conf, rest = "worker_exception", [fb], fb.conf, findings
         if cause is not None:
             for c in facts.loader_errors[1:]:
                 others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
-            return cause, mine, conf, [f for f in findings if f not in mine] + others, True
+            return cause, mine, conf, rest + others, True
     # no loader error: stderr and statuses alone cannot make a healthy run a failure, except warnings
     # from torch.utils.data itself about a failed worker start (the script caught it before iter() returned)
     warned = [f for f in _stderr_findings(facts) if f.cause == "unpicklable_dataset" and "torch.utils.data" in f.text]

@@ -50,23 +50,6 @@ def _frames(text: str) -> list:
     return out
 
 
-def _inner_traceback(message: str) -> str:
-    """The worker's traceback quoted after ``Original Traceback`` in a ``Caught X`` message."""
-    _, sep, tail = (message or "").partition("Original Traceback (most recent call last):")
-    return tail if sep else ""
-
-
-def _inner_line(message: str) -> str:
-    """The last ``Type: message`` line of the worker traceback quoted in a ``Caught X`` message."""
-    tail = _inner_traceback(message)
-    body = tail or message
-    last = ""
-    for line in body.splitlines():
-        if line and not line[0].isspace() and not line.startswith("Traceback ("):
-            last = line
-    return last.strip() or (message.splitlines()[0] if message else "")
-
-
 # =========================================================================== evidence model
 @dataclass
 class _Exc:
@@ -109,15 +92,6 @@ class _Finding:
 
 
 @dataclass
-class _Printed:
-    """A traceback found in stderr, with the kind of process its frames say printed it."""
-
-    who: str  # "child_start", "worker", "mp_child", "feeder", "other"
-    body: str
-    last: str
-
-
-@dataclass
 class _Facts:
     source: str
     ended: list = field(default_factory=list)  # the chain that ended the script (or a live chain)
@@ -148,18 +122,6 @@ class _Facts:
     raised: list = field(default_factory=list)  # time.time() of each loader error the bootstrap recorded
     last_batch_t: Optional[float] = None  # time.time() of the last batch the DataLoader delivered
     end_t: Optional[float] = None  # the last time.time() the run's record holds (its end, near enough)
-
-
-# --------------------------------------------------------------------------- what the rules add to messages
-_THREAD_FUNCS = {"start", "_start_thread", "_start_new_thread", "submit", "_adjust_thread_count", "_start"}
-_FORK_FUNCS = {"_launch", "spawnv_passfds", "_Popen", "start", "_start_thread", "fork", "fork_exec"}
-# Only these exception types can carry a resource or CUDA failure; a ValueError that merely mentions
-# "Too many open files" is the user's own exception.
-_RESOURCE_TYPES = {"RuntimeError", "OSError", "PermissionError", "BlockingIOError", "ConnectionError",
-                   "FileNotFoundError", "MemoryError", "IOError"}
-_CUDA_TYPES = {"AssertionError", "RuntimeError", "AcceleratorError", "CudaError", "DeferredCudaCallError",
-               "OutOfMemoryError"}
-_PICKLE_TYPES = {"TypeError", "PicklingError", "AttributeError", "PickleError", "NotImplementedError"}
 
 
 def _batches(n: int) -> str:
@@ -241,8 +203,7 @@ def is_worker_death(exc: BaseException) -> bool:
     exception *raised by* ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0")
     is not a death, and neither is the pin-memory thread's message on its own.
     """
-    chain = [e for _, e in _chain_of(exc)]
-    for e in chain:
+    for _, e in _chain_of(exc):
         if vocab.WRAPPER.match((e.message or "").strip()):
             return False
         if worker_death_kind(e) in ("killed", "exitcode", "died", "race"):
@@ -357,28 +318,17 @@ def _tracebacks(text: str) -> list:
     return out
 
 
+#: the kind of process whose frames a printed traceback shows, first match wins (else "other")
+_PRINTED_BY = (("child_start", r"multiprocessing[/\\](spawn|forkserver)\.py\", line \d+, in (_main|spawn_main|main)"),
+               ("worker", r"torch[/\\]utils[/\\]data[/\\]_utils[/\\]worker\.py"),
+               ("feeder", r"multiprocessing[/\\](queues|resource_sharer)\.py\", line \d+, in (_feed|_serve)"),
+               ("mp_child", r"multiprocessing[/\\]process\.py\", line \d+, in _bootstrap"))
+
+
 def _printed(stderr: str) -> list:
-    """Tracebacks in stderr, each with the kind of process its frames show printed it."""
-    out = []
-    for body, last in _tracebacks(stderr):
-        if re.search(r"multiprocessing[/\\](spawn|forkserver)\.py\", line \d+, in (_main|spawn_main|main)",
-                     body):
-            who = "child_start"
-        elif re.search(r"torch[/\\]utils[/\\]data[/\\]_utils[/\\]worker\.py", body):
-            who = "worker"
-        elif re.search(r"multiprocessing[/\\](queues|resource_sharer)\.py\", line \d+, in (_feed|_serve)", body):
-            who = "feeder"
-        elif re.search(r"multiprocessing[/\\]process\.py\", line \d+, in _bootstrap", body):
-            who = "mp_child"
-        else:
-            who = "other"
-        out.append(_Printed(who, body, last))
-    return out
-
-
-_WHO = {"child_start": "a spawned child printed while starting", "worker": "a worker printed",
-        "feeder": "a multiprocessing helper thread (queue feeder, fd sharer) printed",
-        "mp_child": "a child process printed"}
+    """``(who, last line)`` of each traceback in stderr: the kind of process its frames show printed it."""
+    return [(next((who for who, regex in _PRINTED_BY if re.search(regex, body)), "other"), last)
+            for body, last in _tracebacks(stderr)]
 
 
 def _worker_pids_named(chain: list) -> list:

@@ -10,19 +10,11 @@ from typing import Iterable, Optional
 from . import messages as vocab
 from .causes import LOADER_CAUSES
 from .evidence import (
-    _CUDA_TYPES,
-    _FORK_FUNCS,
-    _PICKLE_TYPES,
-    _RESOURCE_TYPES,
-    _THREAD_FUNCS,
-    _WHO,
     _Exc,
     _Facts,
     _Finding,
     _frame_kind,
     _frames,
-    _inner_line,
-    _inner_traceback,
     _printed,
     _short,
     _through_loader,
@@ -30,84 +22,102 @@ from .evidence import (
     worker_death_kind,
 )
 
+_THREAD_FUNCS = {"start", "_start_thread", "_start_new_thread", "submit", "_adjust_thread_count", "_start"}
+_FORK_FUNCS = {"_launch", "spawnv_passfds", "_Popen", "start", "_start_thread", "fork", "fork_exec"}
+# Only these exception types can carry a resource or CUDA failure; a ValueError that merely mentions
+# "Too many open files" is the user's own exception.
+_RESOURCE_TYPES = {"RuntimeError", "OSError", "PermissionError", "BlockingIOError", "ConnectionError",
+                   "FileNotFoundError", "MemoryError", "IOError"}
+_CUDA_TYPES = {"AssertionError", "RuntimeError", "AcceleratorError", "CudaError", "DeferredCudaCallError",
+               "OutOfMemoryError"}
+_PICKLE_TYPES = {"TypeError", "PicklingError", "AttributeError", "PickleError", "NotImplementedError"}
+_WHO = {"child_start": "a spawned child printed while starting", "worker": "a worker printed",
+        "feeder": "a multiprocessing helper thread (queue feeder, fd sharer) printed",
+        "mp_child": "a child process printed"}
+
+
+def _inner_traceback(message: str) -> str:
+    """The worker's traceback quoted after ``Original Traceback`` in a ``Caught X`` message."""
+    _, sep, tail = (message or "").partition("Original Traceback (most recent call last):")
+    return tail if sep else ""
+
+
+def _inner_line(message: str) -> str:
+    """The last ``Type: message`` line of the worker traceback quoted in a ``Caught X`` message."""
+    lines = [line for line in (_inner_traceback(message) or message).splitlines()
+             if line and not line[0].isspace() and not line.startswith("Traceback (")]
+    return lines[-1].strip() if lines else (message.splitlines()[0] if message else "")
+
 
 # =========================================================================== rules for one exception
 def _classify(e: _Exc, where: str, single_process: bool) -> list:
     """Findings from one exception that came through the loader (or whose origin is unknown)."""
-    msg = e.message or ""
-    head = e.head
+    msg, head = e.message or "", e.head
     bare = _through_loader(e) is None
     conf = "medium" if bare or e.origin == "quoted" else "high"
+    said = f"{where}: {e.type}: {_short(head)}"
     m = vocab.WRAPPER.match(msg.strip())
     if m:
         return [_classify_wrapper(e, m, where, conf)]
     if vocab.TIMEOUT.match(head):
-        return [_Finding("timeout", f"{where}: {e.type}: {_short(head)}", conf)]
+        return [_Finding("timeout", said, conf)]
     kind = worker_death_kind(e)
     if kind == "race":
-        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} - raised while receiving a batch from "
-                         "a worker that had already exited (its end of the fd-passing socket is gone): an echo "
-                         "of the worker's death; its exit status says why", "low", echo=True)]
+        return [_Finding("_died", said + " - raised while receiving a batch from a worker that had already exited "
+                         "(its end of the fd-passing socket is gone): an echo of the worker's death; its exit "
+                         "status says why", "low", echo=True)]
     if kind == "killed":
         km = vocab.KILLED.match(head)
-        word = km.group(2).strip()
+        word, pid = km.group(2).strip(), int(km.group(1))
         sig = vocab.signal_from_word(word)
-        text = f"{where}: PyTorch reports worker pid {km.group(1)} killed by signal: {word}"
+        text = f"{where}: PyTorch reports worker pid {pid} killed by signal: {word}"
         cause = _cause_for_signal(sig) if sig else "worker_exit"
         if sig == 9:  # PyTorch saw a SIGKILL; whether it was for memory needs memory evidence
             return [_Finding(cause, text + " (SIGKILL: the OOM killer's signal, and also that of kill -9 and "
-                             "preemptions)", "low", variant="no_memory_evidence", pid=int(km.group(1)))]
+                             "preemptions)", "low", variant="no_memory_evidence", pid=pid)]
         if sig == 15:  # PyTorch saw a SIGTERM; who sent it (a person, a launcher, a library inside) it cannot say
-            return [_Finding(cause, text, "medium" if conf == "high" else conf, detail="15", variant="sigterm",
-                             pid=int(km.group(1)))]
-        return [_Finding(cause, text, conf, detail=str(sig or ""), pid=int(km.group(1)))]
+            return [_Finding(cause, text, "medium" if conf == "high" else conf, "15", variant="sigterm", pid=pid)]
+        return [_Finding(cause, text, conf, detail=str(sig or ""), pid=pid)]
     if kind == "exitcode":
         em = vocab.EXIT_CODE.match(head)
         return [_Finding("worker_exit", f"{where}: PyTorch reports worker pid {em.group(1)} exited with exit "
                          f"code {em.group(2)}", "medium", detail=f"code {em.group(2)}")]
-    if kind == "died":
-        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} (the generic message: an echo of the "
-                         "death; the reason is in the chain below it and in the worker exit status)", "low",
-                         echo=True)]
-    if kind == "pin":
-        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} (the pin-memory thread stopped because "
-                         "a worker or the loader failed first: an echo)", "low", echo=True)]
+    if kind in ("died", "pin"):
+        return [_Finding("_died", said + (" (the generic message: an echo of the death; the reason is in the chain "
+                                          "below it and in the worker exit status)" if kind == "died" else
+                                          " (the pin-memory thread stopped because a worker or the loader failed "
+                                          "first: an echo)"), "low", echo=True)]
     funcs = {f[2] for f in e.frames}
     spawn_frames = bool(e.kinds & {"mp"})
+    resource = e.type in _RESOURCE_TYPES
     if vocab.GUARD.search(msg) and (bare or spawn_frames):
-        return [_Finding("missing_main_guard", f"{where}: {e.type}: {_short(head)}", conf)]
+        return [_Finding("missing_main_guard", said, conf)]
     if vocab.MAIN_ATTR.search(msg) and (bare or spawn_frames) and e.raised_in != "user":
-        return [_Finding("main_not_importable", f"{where}: {e.type}: {_short(head)}", conf)]
-    if (e.type in _RESOURCE_TYPES and vocab.FORK_REFUSED.search(msg)
-            and (bare or (spawn_frames and funcs & _FORK_FUNCS)
-                 or (vocab.THREAD_REFUSED.search(msg) and funcs & _THREAD_FUNCS))):
+        return [_Finding("main_not_importable", said, conf)]
+    if resource and vocab.FORK_REFUSED.search(msg) and (bare or (spawn_frames and funcs & _FORK_FUNCS) or (
+            vocab.THREAD_REFUSED.search(msg) and funcs & _THREAD_FUNCS)):
         thread = "thread" in msg
-        return [_Finding("fork_refused", f"{where}: {e.type}: {_short(head)} - the kernel refused a new "
-                         + ("thread" if thread else "process") + " for the DataLoader", conf,
-                         variant="thread" if thread else None)]
-    if e.type in _RESOURCE_TYPES and vocab.SHM_GONE.search(msg):
-        return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)} - the file of a batch in flight "
-                         "was gone from /dev/shm (deleted under the loader, not a full /dev/shm)", conf,
-                         variant="removed")]
-    if e.type in _RESOURCE_TYPES and vocab.SHM.search(msg):
-        return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)}", conf)]
-    if e.type in _RESOURCE_TYPES and vocab.FD.search(msg):
+        return [_Finding("fork_refused", said + f" - the kernel refused a new {'thread' if thread else 'process'} "
+                         "for the DataLoader", conf, variant="thread" if thread else None)]
+    if resource and vocab.SHM_GONE.search(msg):
+        return [_Finding("shm_exhausted", said + " - the file of a batch in flight was gone from /dev/shm (deleted "
+                         "under the loader, not a full /dev/shm)", conf, variant="removed")]
+    if resource and vocab.SHM.search(msg):
+        return [_Finding("shm_exhausted", said, conf)]
+    if resource and vocab.FD.search(msg):
+        line = next((f for f in reversed(e.frames) if f[3] in ("user", "lib")), None)
         if e.raised_in in ("user", "lib") and "mp" not in e.kinds:
-            line = next((f for f in reversed(e.frames) if f[3] in ("user", "lib")), None)
-            at = f" at {os.path.basename(line[0])}:{line[1]} in {line[2]}" if line else ""
-            return [_Finding("fd_limit", f"{where}: {e.type}: {_short(head)} - raised by the Dataset's own "
-                             f"file opening{at}", conf, variant="user_leak",
-                             detail=f"{line[2]}: {line[4]}" if line else "")]
-        return [_Finding("fd_limit", f"{where}: {e.type}: {_short(head)}", conf)]
+            return [_Finding("fd_limit", said + f" - raised by the Dataset's own file opening at "
+                             f"{os.path.basename(line[0])}:{line[1]} in {line[2]}", conf, variant="user_leak",
+                             detail=f"{line[2]}: {line[4]}")]
+        return [_Finding("fd_limit", said, conf)]
     if e.type in _CUDA_TYPES and vocab.CUDA.search(msg):
-        return [_Finding("cuda_in_worker", f"{where}: {e.type}: {_short(head)}"
-                         + (" (CUDA touched by the Dataset in the main process, num_workers=0)"
-                            if single_process and not bare else ""), conf)]
-    if (e.type in _PICKLE_TYPES and vocab.PICKLE.search(msg)
-            and (bare or (spawn_frames and funcs & {"dump", "dumps", "_launch", "start", "__init__", "_Popen",
-                                                   "reduce", "_send", "send"} and e.raised_in != "user"))):
-        return [_Finding("unpicklable_dataset", f"{where}: {e.type}: {_short(head)} (raised while sending "
-                         "the dataset/collate_fn/worker_init_fn to a new worker)", conf)]
+        return [_Finding("cuda_in_worker", said + (" (CUDA touched by the Dataset in the main process, "
+                                                   "num_workers=0)" if single_process and not bare else ""), conf)]
+    if e.type in _PICKLE_TYPES and vocab.PICKLE.search(msg) and (bare or (spawn_frames and e.raised_in != "user" and (
+            funcs & {"dump", "dumps", "_launch", "start", "__init__", "_Popen", "reduce", "_send", "send"}))):
+        return [_Finding("unpicklable_dataset", said + " (raised while sending the dataset/collate_fn/"
+                         "worker_init_fn to a new worker)", conf)]
     return []
 
 
@@ -173,35 +183,33 @@ def _intact(stderr: str) -> Optional[tuple]:
 def _stderr_findings(facts: _Facts) -> list:
     """Findings from tracebacks that child processes printed (each says which kind of process)."""
     found, seen = [], set()
-    for p in _printed(facts.stderr):
-        if p.who == "other" or not p.last:
+    for who, text in _printed(facts.stderr):
+        if who == "other" or not text:
             continue
-        text, cause = p.last, None
-        if vocab.THREAD_REFUSED.search(text) and p.who in ("worker", "feeder", "mp_child", "child_start"):
+        cause = None
+        if vocab.THREAD_REFUSED.search(text) and who in ("worker", "feeder", "mp_child", "child_start"):
             cause = "fork_refused"  # a thread the process needed: its queue feeder, the fd sharer, its own
         elif vocab.GUARD.search(text):
             cause = "missing_main_guard"
-        elif vocab.MAIN_ATTR.search(text) and p.who == "child_start":
-            cause = "main_not_importable"
-        elif vocab.STDIN_MAIN.search(text) and p.who == "child_start":
+        elif (vocab.MAIN_ATTR.search(text) or vocab.STDIN_MAIN.search(text)) and who == "child_start":
             cause = "main_not_importable"
         elif vocab.SHM.search(text):
             cause = "shm_exhausted"
         elif vocab.FD.search(text):
             cause = "fd_limit"
-        elif vocab.CUDA.search(text) and p.who in ("worker", "child_start", "mp_child"):
+        elif vocab.CUDA.search(text) and who in ("worker", "child_start", "mp_child"):
             cause = "cuda_in_worker"
-        elif vocab.PICKLE.search(text) and p.who in ("child_start", "feeder"):
+        elif vocab.PICKLE.search(text) and who in ("child_start", "feeder"):
             cause = "unpicklable_dataset"
         elif (whole := _intact(facts.stderr)) is not None:  # this traceback's lines were cut up by another's
             cause, text = whole
-        elif p.who == "child_start":
+        elif who == "child_start":
             cause = "worker_exit"
         if cause is None or (cause, text) in seen:
             continue
         seen.add((cause, text))
         variant = "startup" if cause == "worker_exit" else "thread" if cause == "fork_refused" else None
-        found.append(_Finding(cause, f"stderr: {_WHO[p.who]}: {_short(text)}" + (
+        found.append(_Finding(cause, f"stderr: {_WHO[who]}: {_short(text)}" + (
             " - the kernel refused a thread the process needed" if cause == "fork_refused" else ""), "medium",
             detail=text if cause == "worker_exit" else "", variant=variant))
     for m in vocab.TORCH_WARNING.finditer(facts.stderr):
@@ -473,10 +481,10 @@ def _record_texts(facts: _Facts, tree: list) -> list:
     traceback a child process printed (stderr lines that are no process's traceback are not counted)."""
     chains = [facts.ended, *facts.loader_errors, *[n.chain for n in tree if n.chain]]
     excs = [e for c in chains for e in c if _through_loader(e) is not False]  # raised where it counts
-    for p in _printed(facts.stderr):
-        if p.who != "other" and p.last:
-            kind, _, rest = p.last.partition(": ")
-            excs.append(_Exc(kind.rsplit(".", 1)[-1], rest or p.last, "", None, "ended"))
+    for who, last in _printed(facts.stderr):
+        if who != "other" and last:
+            kind, _, rest = last.partition(": ")
+            excs.append(_Exc(kind.rsplit(".", 1)[-1], rest or last, "", None, "ended"))
     out, seen = [], set()
     for e in excs:
         causes = _text_causes(e)
