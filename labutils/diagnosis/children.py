@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Optional
 
 from ..runner import startmethod
-from . import messages as vocab
 from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
 from .decide import _summary, decide_process, fixes_of
-from .evidence import _Facts, _short
+from .evidence import _exit_words, _Facts, _short
 from .model import Diagnosis, probe_lines
 from .rules import _unexplained
 
@@ -88,8 +87,7 @@ def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
     summary = f"in {who}, not the main process: {v['summary']}"
     if facts.outcome == "ok":
         summary += "; the script exited 0 anyway (it did not pass on its child's failure)"
-    status = "no exit status recorded" if node.exitcode is None else (
-        f"killed by {vocab.signal_name(-node.exitcode)}" if node.exitcode < 0 else f"exit code {node.exitcode}")
+    status = "no exit status recorded" if node.exitcode is None else _exit_words(node.exitcode)
     evidence = [f"failing process: {who}, a child of the main process; {status}; its error reached the record "
                 f"through {_VIA.get(node.via, node.via).format(name=node.name)}"]
     evidence += [f"{who}: {f.text}" for f in mine]

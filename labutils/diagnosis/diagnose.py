@@ -1,31 +1,13 @@
-"""Name the cause of a DataLoader failure from the evidence it left.
+"""Name the cause of a DataLoader failure from the evidence it left: ``explain(obj)`` of a
+:class:`~labutils.runner.result.RunResult`, a live exception or a log's text gives a :class:`Diagnosis` (one
+cause of :mod:`labutils.diagnosis.causes`, a summary, the evidence used, the fixes and their notebooks).
 
-``explain(obj)`` takes a :class:`~labutils.runner.result.RunResult` (an isolated run: exception chains, the
-exit code or signal of every worker, worker stderr, the run's limits) or a live exception caught in
-the learner's own kernel (``except RuntimeError as e: labutils.explain(e)``: the exception chain, the
-DataLoader iterator found in its traceback, and this process's environment). It returns a
-:class:`Diagnosis`: one cause id of the catalogue (:mod:`labutils.diagnosis.causes`), a one-line summary, the
-evidence used, and the fixes, each naming the notebook that demonstrates it.
-
-How a cause is chosen
----------------------
-A message counts for a cause only where it was raised. Every exception carries its origin: the
-bootstrap of an isolated run records what escaped ``iter(loader)`` and ``next()``, and the frames of
-each traceback say whose code raised it (the user's, ``torch.utils.data``'s, multiprocessing's). A
-stderr traceback counts only when its frames show a child process printed it (a spawn child that
-failed while starting, a worker, a queue feeder thread) and a failure of the run corroborates it;
-stderr text alone never decides, and a run that ended well with no loader error is ``ok`` whatever
-its stderr says.
-
-Then the failure that ended the run is explained first: the exception that ended the script (or the
-signal that killed it, or the stall/time limit). If that exception did not come through the
-DataLoader, the cause is ``outside_loader``. Otherwise the findings of that failure (the loader's own
-exceptions, the worker exit statuses, child tracebacks, the memory watchdog or the kernel's OOM record)
-are ranked by :data:`PRECEDENCE`; echoes of a worker death (the generic ``exited unexpectedly``, a
-fetch from a dead worker's socket, ``Pin memory thread exited unexpectedly``) are labelled as such and
-decide only when nothing else does. An error the script caught earlier and survived is listed, not
-chosen; when the script caught the failure and finished, it is diagnosed by that failure and the
-summary says the script recovered.
+A message counts only where it was raised (the bootstrap records what escaped ``iter()``/``next()``, and a
+traceback's frames say whose code raised it); stderr counts only where a child process printed it and a
+failure of the run corroborates it. The failure that ended the run is explained first: not through the
+DataLoader, it is ``outside_loader``; else its findings are ranked by :data:`PRECEDENCE`, and echoes of a
+worker's death decide only when nothing else does. An error the script caught and survived is listed, not
+chosen, unless it is the only one (then the summary says the script recovered).
 """
 
 from __future__ import annotations
@@ -38,7 +20,7 @@ from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNK
 from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
 from .decide import _decide, _summary, fixes_of
 from .deciding import GENERIC_DEATH, SCRIPT, open_question
-from .evidence import _batches, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
+from .evidence import _batches, _exit_words, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
 from .fromlog import cut_before_its_error, facts_from_text, memory_words, reruns_main
 from .gather import facts_from_exception, facts_from_result
 from .logread import LogText, read_text
@@ -249,23 +231,18 @@ def _status_lines(facts: _Facts) -> list:
         elif facts.outcome == "timed_out":
             lines.append("main process: killed by the runner after the time limit")
         elif facts.returncode is not None:
-            rc = facts.returncode
-            lines.append("main process: " + (f"killed by {vocab.signal_name(-rc)}" if rc < 0 else f"exit code {rc}"))
+            lines.append(f"main process: {_exit_words(facts.returncode)}")
     oom, named = kernel_killed(facts) if facts.source == "run" else (set(), False)
     for w in facts.workers:
-        if w.exitcode is None:
-            state = "exit status not recorded (the run was killed before it could be read)" \
-                if facts.source == "run" else "still running or not joined"
-        elif w.exitcode < 0:
-            state = f"killed by {vocab.signal_name(-w.exitcode)}"
-            if w.pid in oom:
-                state += " (by: kernel_oom" + (", named in the kernel log)" if named else ")")
-            elif w.killed_by_watchdog:
-                state += " (by: the lab's memory watchdog)"
-            elif -w.exitcode in vocab.NATIVE_SIGNALS and after_the_failure(facts, w):
-                state += " (after the failure: while the DataLoader shut its workers down)"
-        else:
-            state = f"exit code {w.exitcode}"
+        killed = w.exitcode is not None and w.exitcode < 0
+        state = _exit_words(w.exitcode) if w.exitcode is not None else "still running or not joined" \
+            if facts.source != "run" else "exit status not recorded (the run was killed before it could be read)"
+        if killed and w.pid in oom:
+            state += " (by: kernel_oom" + (", named in the kernel log)" if named else ")")
+        elif killed and w.killed_by_watchdog:
+            state += " (by: the lab's memory watchdog)"
+        elif killed and -w.exitcode in vocab.NATIVE_SIGNALS and after_the_failure(facts, w):
+            state += " (after the failure: while the DataLoader shut its workers down)"
         role = "worker" if w.role == "dataloader_worker" else "child process"
         lines.append(f"{role} pid {w.pid}: {state}")
     return lines

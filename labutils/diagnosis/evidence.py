@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..runner.result import ProcessInfo
+from ..runner.result import ProcessInfo, signal_name
 from . import messages as vocab
 from .chain import links as _chain_links
 
@@ -122,6 +122,11 @@ class _Facts:
     raised: list = field(default_factory=list)  # time.time() of each loader error the bootstrap recorded
     last_batch_t: Optional[float] = None  # time.time() of the last batch the DataLoader delivered
     end_t: Optional[float] = None  # the last time.time() the run's record holds (its end, near enough)
+
+
+def _exit_words(code: int) -> str:
+    """A process's exit status as the evidence words it: ``killed by SIGKILL``, ``exit code 1``."""
+    return f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
 
 
 def _batches(n: int) -> str:

@@ -18,8 +18,6 @@ import re
 import signal
 from typing import Optional
 
-from ..runner.result import signal_name  # SIGKILL for 9; 'signal N' for a number with no name
-
 # --------------------------------------------------------------------------- a worker's death
 #: the status check's generic line: ``DataLoader worker (pid(s) 12, 13) exited unexpectedly``
 DIED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
@@ -111,11 +109,6 @@ def is_echo_traceback(etype: str, traceback: str) -> bool:
 #: the signals that mean native code crashed (a bug in C/C++, not a kill from outside)
 NATIVE_SIGNALS = frozenset(int(s) for s in (signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGILL,
                                             signal.SIGTRAP, signal.SIGSYS))
-
-
-def signal_word(num: int) -> str:
-    """What PyTorch's handler prints for signal ``num`` (``Killed`` for 9): ``signal.strsignal``'s words."""
-    return signal.strsignal(num) or signal_name(num)
 
 
 def signal_from_word(word: str) -> Optional[int]:

@@ -7,6 +7,7 @@ import os
 import re
 from typing import Iterable, Optional
 
+from ..runner.result import signal_name
 from . import messages as vocab
 from .causes import LOADER_CAUSES
 from .evidence import (
@@ -168,7 +169,7 @@ def _cause_for_signal(sig: Optional[int]) -> str:
 #: a time) and a traceback's last line can be a piece of the other's, but an exception's message is one
 #: write and stays whole, so these are looked for in the whole stderr
 _INTACT = (("missing_main_guard", vocab.GUARD), ("main_not_importable", vocab.MAIN_ATTR),
-           ("fd_limit", re.compile(r"\[Errno 24\] Too many open files|received 0 items of ancdata")))
+           ("fd_limit", vocab.FD_EXACT))
 
 
 def _intact(stderr: str) -> Optional[tuple]:
@@ -339,7 +340,7 @@ def _worker_findings(facts: _Facts) -> list:
         who = "DataLoader worker" if w.role == "dataloader_worker" else "child process"
         if w.exitcode < 0:
             sig = -w.exitcode
-            text = f"{who} pid {w.pid}: killed by {vocab.signal_name(sig)}"
+            text = f"{who} pid {w.pid}: killed by {signal_name(sig)}"
             cause = _cause_for_signal(sig)
             if sig == 9:
                 why = _memory_evidence(facts, w.pid)
@@ -392,9 +393,9 @@ def _main_signal_findings(facts: _Facts) -> list:
         return [_Finding("oom_killed", "main process killed by SIGKILL; no memory evidence recorded: any of "
                          + _OTHER_SIGKILL + " may have sent it", "low", variant="no_memory_evidence")]
     if sig in vocab.NATIVE_SIGNALS or sig == 7:
-        return [_Finding("_main_native", f"main process killed by {vocab.signal_name(sig)} (native code crashed in the "
+        return [_Finding("_main_native", f"main process killed by {signal_name(sig)} (native code crashed in the "
                          "main process)", "high", detail=str(sig))]
-    return [_Finding("_main_stopped", f"main process killed by {vocab.signal_name(sig)}", "high", detail=str(sig))]
+    return [_Finding("_main_stopped", f"main process killed by {signal_name(sig)}", "high", detail=str(sig))]
 
 
 def _stall_findings(facts: _Facts) -> list:

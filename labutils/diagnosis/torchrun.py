@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from . import messages as vocab
 from .causes import CATALOGUE, UNKNOWN
 from .decide import _summary, decide_process, fixes_of
-from .evidence import _Facts, _short
+from .evidence import _exit_words, _Facts, _short
 from .fromlog import last_chain
 from .model import Diagnosis, probe_lines
 
@@ -145,8 +144,8 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
     rank, code = root["rank"], root["exitcode"]
     cause, mine, conf, sub = chosen["cause"], chosen["mine"], chosen["conf"], chosen["sub"]
     where = f"rank {rank} (local rank {root['local_rank']}, pid {root['pid']})"
-    how = f"killed by {root['signal'] or vocab.signal_name(-code)}" if isinstance(code, int) and code < 0 \
-        else f"exit code {code}"
+    how = f"killed by {root['signal']}" if root["signal"] else _exit_words(code) if isinstance(code, int) else \
+        f"exit code {code}"
     head = f"torchrun: {where} failed first ({how})"
     if cause in CATALOGUE and cause != "ok":
         summary = f"{head}: {_summary(cause, sub, mine, chosen['recovered'])}"
