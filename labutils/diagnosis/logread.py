@@ -151,48 +151,48 @@ def _windows(chunk: bytes) -> list:
     return out
 
 
-def _stream(fh, name: str, excerpts: _Excerpts, log: LogText) -> bytes:
-    """Read ``fh`` chunk by chunk into ``excerpts``; returns the last :data:`TAIL` bytes."""
+def _stream(fh, name: str, log: LogText) -> str:
+    """Read ``fh`` chunk by chunk and keep the lines around each hit and the last :data:`TAIL` bytes: the text
+    kept, with a line where bytes were left out."""
     head = fh.read(65536)
     if _is_binary(head):
         raise LogError(f"{name}: a binary file, not a log (give the text the job printed: its stdout/stderr)")
     decoder = None
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # PowerShell's `>` writes UTF-16
         decoder = codecs.getincrementaldecoder("utf-16")()
-    offset, carry, tail = 0, b"", b""
-    data = head
-    while data:
+    excerpts, offset, carry, tail, data = _Excerpts(), 0, b"", b"", head
+    while data or carry:
         if decoder is not None:
             data = decoder.decode(data).encode("utf-8")
         log.bytes_read += len(data)
         block = carry + data
-        cut = block.rfind(b"\n") + 1
+        cut = block.rfind(b"\n") + 1 if data else len(block)  # at the end, the last line even without its \n
         if cut == 0 and len(block) < CHUNK:
             carry = block
         else:
-            cut = cut or len(block)
-            whole, carry = block[:cut], block[cut:]
-            log.lines_read += whole.count(b"\n")
+            whole, carry = block[:cut or len(block)], block[cut or len(block):]
+            log.lines_read += whole.count(b"\n") + (not data)
             for a, b in _windows(whole):
                 excerpts.add(offset + a, whole[a:b])
             tail = (tail + whole)[-TAIL:]
             offset += len(whole)
-        data = fh.read(CHUNK)
-    if carry:
-        log.lines_read += 1
-        for a, b in _windows(carry):
-            excerpts.add(offset + a, carry[a:b])
-        tail = (tail + carry)[-TAIL:]
-        offset += len(carry)
+        data = fh.read(CHUNK) if data else b""
     if tail:
         excerpts.add(max(0, offset - len(tail)), tail)
-    return tail
-
-
-def _decode(data: bytes, log: LogText) -> str:
-    text = data.decode("utf-8", errors="replace")
-    log.replaced += text.count("\ufffd") - data.count("\ufffd".encode())
-    return text
+    pieces, end = [], 0
+    for start, data in excerpts.pieces():
+        if start > end:
+            log.bytes_skipped += start - end
+            if pieces:
+                pieces.append(f"[... {start - end} bytes of {name} not kept: no failure words in them ...]")
+        text = data[max(0, end - start):].decode("utf-8", errors="replace")
+        log.replaced += text.count("\ufffd") - data.count("\ufffd".encode())
+        pieces.append(clean_text(text))
+        end = max(end, start + len(data))
+    if not pieces and log.bytes_read == 0:
+        log.notes.append(f"{name}: empty")
+    log.names.append(name)
+    return "\n".join(pieces)
 
 
 def read_logs(sources: Iterable[Union[str, bytes]], *, texts: Iterable[str] = ()) -> LogText:
@@ -210,25 +210,12 @@ def read_logs(sources: Iterable[Union[str, bytes]], *, texts: Iterable[str] = ()
     for source in sources:
         fh, name = _open(source)
         try:
-            excerpts = _Excerpts()
-            _stream(fh, name, excerpts, log)
+            parts.append(_stream(fh, name, log))
         except OSError as exc:
             raise LogError(f"{name}: cannot read it ({exc.strerror or exc})") from None
         finally:
             if source != "-":
                 fh.close()
-        log.names.append(name)
-        pieces, end = [], 0
-        for start, data in excerpts.pieces():
-            if start > end:
-                log.bytes_skipped += start - end
-                if pieces:
-                    pieces.append(f"[... {start - end} bytes of {name} not kept: no failure words in them ...]")
-            pieces.append(clean_text(_decode(data[max(0, end - start):], log)))
-            end = max(end, start + len(data))
-        if len(excerpts.pieces()) == 0 and log.bytes_read == 0:
-            log.notes.append(f"{name}: empty")
-        parts.append("\n".join(pieces))
     log.text = "\n".join(p for p in parts if p)
     if log.replaced:
         log.notes.append(f"{log.replaced} bytes were not UTF-8 and were read as U+FFFD")
@@ -242,13 +229,8 @@ def read_text(text: str) -> LogText:
     """A pasted string, cleaned as :func:`read_logs` cleans a file."""
     if not isinstance(text, str):
         raise TypeError(f"read_text() takes a str, not {type(text).__name__}")
-    big = len(text) > CHUNK
-    if big:  # a huge string: read it as a stream of its own bytes, with the same excerpts as a file
+    if len(text) > CHUNK:  # a huge string: read it as a stream of its own bytes, with the same excerpts as a file
         log = LogText()
-        excerpts = _Excerpts()
-        _stream(io.BytesIO(text.encode("utf-8", errors="replace")), "text", excerpts, log)
-        log.names.append("text")
-        log.text = "\n".join(clean_text(_decode(d, log)) for _, d in excerpts.pieces())
+        log.text = _stream(io.BytesIO(text.encode("utf-8", errors="replace")), "text", log)
         return log
     return read_logs((), texts=[text]) if text.strip() else LogText(names=["text"])
-
