@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 __all__ = ["CATALOGUE", "CAUSES", "ECHOES", "LOADER_CAUSES", "NOTEBOOKS", "PRECEDENCE", "UNKNOWN", "UNSUPPORTED",
-           "Cause", "Fix", "cheatsheet_rows", "fixes_for", "get_cause"]
+           "Cause", "Fix", "cheatsheet_rows", "fixes_for"]
 
 #: Notebook stems by their two-digit number.
 NOTEBOOKS = {
@@ -404,13 +404,6 @@ PRECEDENCE = ("shm_exhausted", "fd_limit", "fork_refused", "cuda_in_worker", "mi
 _UNKNOWN_FIXES = (("Read the exception above: nothing recorded says where it came from", "01"),)
 
 
-def get_cause(cause_id: str) -> Cause:
-    try:
-        return CATALOGUE[cause_id]
-    except KeyError:
-        raise KeyError(f"unknown cause {cause_id!r}; causes: {', '.join(CAUSES)}") from None
-
-
 def fixes_for(cause_id: str, variant: Optional[str] = None) -> list:
     """The :class:`Fix` list of a cause (and of one of its variants); ``[]`` for ``ok``/``unsupported``."""
     if cause_id == UNKNOWN:
@@ -505,16 +498,13 @@ TAUGHT = (
 ECHO = "an echo (not a cause): read the worker's exit status"
 #: Messages that are no cause of their own: ``(error text, what the diagnosis says, first fix, notebook stem,
 #: the handout's short fix)``.
-ECHOES = (
-    ("ConnectionResetError: [Errno 104] Connection reset by peer (in rebuild_storage_fd: a worker died while "
-     "handing a batch over)", ECHO,
-     "Read the worker's exit status in the lines around it: SIGKILL (Killed) is a kill, memory first "
+ECHOES = tuple(
+    (text, ECHO, "Read the worker's exit status in the lines around it: SIGKILL (Killed) is a kill, memory first "
      "(04_memory_and_oom); an exit code is the worker's own exit (01_read_the_error)", "01_read_the_error",
-     "Read the worker's exit status: SIGKILL, see 04; an exit code, see 01"),
-    ("EOFError (in rebuild_storage_fd / recvfds: a worker died while handing a batch over)", ECHO,
-     "Read the worker's exit status in the lines around it: SIGKILL (Killed) is a kill, memory first "
-     "(04_memory_and_oom); an exit code is the worker's own exit (01_read_the_error)", "01_read_the_error",
-     "Read the worker's exit status: SIGKILL, see 04; an exit code, see 01"),
+     "Read the worker's exit status: SIGKILL, see 04; an exit code, see 01")
+    for text in ("ConnectionResetError: [Errno 104] Connection reset by peer (in rebuild_storage_fd: a worker died "
+                 "while handing a batch over)",
+                 "EOFError (in rebuild_storage_fd / recvfds: a worker died while handing a batch over)")
 )
 
 

@@ -19,12 +19,11 @@ from . import messages as vocab
 from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
 from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
 from .decide import _decide, _summary, fixes_of
-from .deciding import GENERIC_DEATH, SCRIPT, open_question
 from .evidence import _batches, _exit_words, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
 from .fromlog import cut_before_its_error, facts_from_text, memory_words, reruns_main
 from .gather import facts_from_exception, facts_from_result
 from .logread import LogText, read_text
-from .model import Diagnosis, probe_lines
+from .model import GENERIC_DEATH, SCRIPT, Diagnosis, open_question, probe_lines
 from .pickling import find_unpicklable
 from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed, worker_line
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures

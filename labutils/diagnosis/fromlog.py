@@ -4,7 +4,7 @@ line, Slurm's oom_kill event, Kubernetes' OOMKilled and exit code 137, a shell's
 
 A log proves less than a run: no exit status of a worker, no watchdog, no /dev/shm reading. The rules are the
 run's (:mod:`.decide`); what the text cannot decide keeps its confidence below ``high`` and says which
-command on the job's machine would decide it (:mod:`.deciding`).
+command on the job's machine would decide it (:mod:`.model`).
 """
 
 from __future__ import annotations
