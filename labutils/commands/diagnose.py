@@ -93,13 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    argv = list(argv)
-    if not argv:
-        raise UsageError("no SCRIPT given")
-    return build_parser().parse_args(argv)
-
-
 def _check_torchrun(args: argparse.Namespace, kind: str) -> None:
     """One-line usage errors for the torchrun options."""
     if not args.torchrun:
@@ -172,16 +165,6 @@ def _check_notebook(path: str, data: bytes) -> str:
     return "notebook"
 
 
-def _workers(result) -> list:
-    out = []
-    for w in result.workers:
-        out.append({"pid": w.pid, "role": w.role, "exitcode": w.exitcode, "signal": w.signal,
-                    "status": w.status, "killed_by_watchdog": w.killed_by_watchdog,
-                    "killed_by_kernel_oom": bool(getattr(w, "killed_by_kernel_oom", False)),
-                    "peak_rss": w.peak_rss})
-    return out
-
-
 def _diagnosis_dict(d, optional: tuple) -> dict:
     """A ``--json`` object's keys from the diagnosis ``d``, with each name of ``optional`` that it has."""
     out = {"cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
@@ -199,14 +182,14 @@ def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
     out.update({
         "outcome": result.outcome, "exit": result.exit_text, "returncode": result.returncode,
         "signal": result.signal, "reason": result.reason,
-        "workers": _workers(result),
+        "workers": [{"pid": w.pid, "role": w.role, "exitcode": w.exitcode, "signal": w.signal, "status": w.status,
+                     "killed_by_watchdog": w.killed_by_watchdog, "killed_by_kernel_oom": w.killed_by_kernel_oom,
+                     "peak_rss": w.peak_rss} for w in result.workers],
         "exceptions": [{"type": e.type, "message": e.message, "link": e.link} for e in result.exceptions],
         "loader_errors": [[{"type": e.type, "message": e.message, "link": e.link} for e in chain]
                           for chain in result.loader_errors],
         "watchdog_kills": result.watchdog_kills,
-        "memory_limit": getattr(result, "memory_limit", None),
-        "stall": getattr(result, "stall", None),
-        "launcher": getattr(result, "launcher", None),
+        "memory_limit": result.memory_limit, "stall": result.stall, "launcher": result.launcher,
         "wall_time": round(result.wall_time, 3),
         "script": script, "args": list(script_args), "options": result.options,
         "stdout": result.stdout, "stderr": result.stderr,
@@ -319,7 +302,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
         build_parser().print_help()
         return 0
     try:
-        args = _parse(argv)
+        args = build_parser().parse_args(argv)
         kind = _check_script(args.script)
         if kind == "notebook" and args.stdin_main:
             raise UsageError("--stdin-main is for scripts; a notebook always runs in a kernel whose __main__ "

@@ -1,18 +1,11 @@
-"""The cause catalogue: every cause id the diagnosis can name, in one place.
+"""The cause catalogue: every cause id the diagnosis can name, in one place; a new cause is one entry here plus
+a broken and a fixed script in ``labutils/scenarios/``. Nothing here imports torch or reads the machine.
 
-Each :class:`Cause` holds the id (stable: ``diagnose --json`` prints it), what happened in one line,
-the default summary, the fixes (each naming the notebook that demonstrates it), the error texts a
-learner sees for it (for the cheat sheet and the README map), and variants: other summaries and fixes
-for the same id where the evidence differs (a SIGKILL with memory evidence or without; an fd leak in
-the user's ``open()`` or IPC fd exhaustion). A message may name the variant it belongs to (``(text,
-variant)``): the cheat sheet then gives that variant's first fix. Each cause (and a variant with fixes
-of its own) has a ``short`` first fix for the one-page handout: under 15 words, with PyTorch and Python
-alone. :data:`ECHOES` are messages that are no cause of their own: another process's death shows
-through them. :data:`PRECEDENCE` orders the causes when one failure shows the evidence of several
-(resource exhaustion before the symptoms it causes).
-
-A new cause is one entry here plus a broken and a fixed script in ``labutils/scenarios/``.
-Nothing here imports torch or reads the machine.
+Each :class:`Cause` holds its stable id (``diagnose --json`` prints it), its summary, its fixes with the notebooks
+that demonstrate them, the texts a learner sees for it (the cheat sheet's and the README map's source), the
+handout's ``short`` first fix (under 15 words, PyTorch and Python alone) and variants: another summary and fixes
+for the same id where the evidence differs. :data:`ECHOES` are messages that are no cause of their own;
+:data:`PRECEDENCE` orders the causes when one failure shows the evidence of several.
 """
 
 from __future__ import annotations

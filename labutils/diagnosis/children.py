@@ -83,7 +83,6 @@ _VIA = {"stderr": "its traceback, printed on stderr under 'Process {name}:' by m
 def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
     node, cause, mine, conf = v["node"], v["cause"], v["mine"], v["conf"]
     who = _describe_node(node)
-    main_end = (f"the main process exit code {facts.returncode}" if facts.returncode is not None else "")
     summary = f"in {who}, not the main process: {v['summary']}"
     if facts.outcome == "ok":
         summary += "; the script exited 0 anyway (it did not pass on its child's failure)"
@@ -93,8 +92,8 @@ def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
     evidence += [f"{who}: {f.text}" for f in mine]
     evidence += [f"{who}, also seen: {f.text}" for f in v["others"] if f.text not in (m.text for m in mine)]
     evidence += [f"process tree: {_tree_line(n)}" for n in tree]
-    if main_end:
-        evidence.append(f"main process: {main_end[len('the main process '):]}")
+    if facts.returncode is not None:
+        evidence.append(f"main process: exit code {facts.returncode}")
     evidence += probe_lines(facts)
     process = dict(node.to_dict(), depth=1, parent="main")
     loose = _unexplained(cause, facts, tree)

@@ -18,6 +18,7 @@ from .rules import (
     _stall_findings,
     _stderr_findings,
     _worker_findings,
+    stopped_inside,
     worker_line,
 )
 
@@ -80,10 +81,7 @@ def _chain_where(e: _Exc) -> str:
 
 
 def _loader_chain_findings(chain: list, single: bool) -> list:
-    out = []
-    for e in chain:
-        out.extend(_classify(e, _chain_where(e), single))
-    return out
+    return [f for e in chain for f in _classify(e, _chain_where(e), single)]
 
 
 def _library_stops(facts: _Facts, findings: list) -> list:
@@ -92,9 +90,7 @@ def _library_stops(facts: _Facts, findings: list) -> list:
     stop = vocab.library_stop(facts.stderr)
     if stop is None:
         return findings
-    return [_Finding("native_crash", f"{f.text}, raised inside the worker by {stop[1]}: '{stop[0]}' on stderr - "
-                     "the library's own stop of a process forked after its threads started, not a signal from "
-                     "outside", "medium", detail="15", pid=f.pid) if f.variant == "sigterm" else f for f in findings]
+    return [stopped_inside(f.text, stop, "medium", f.pid) if f.variant == "sigterm" else f for f in findings]
 
 
 def _episode(facts: _Facts, chain: Optional[list]) -> list:

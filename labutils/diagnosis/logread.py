@@ -111,7 +111,6 @@ class _Excerpts:
     def __init__(self) -> None:
         self.first: list = []
         self.last: list = []
-        self.dropped = 0
         self.kept = 0
 
     def add(self, start: int, data: bytes) -> None:
@@ -126,9 +125,7 @@ class _Excerpts:
             pool.append((start, data))
         self.kept += len(data)
         while self.last and (len(self.last) > KEEP_LAST or self.kept > MAX_KEPT):
-            gone = len(self.last.pop(0)[1])
-            self.dropped += gone
-            self.kept -= gone
+            self.kept -= len(self.last.pop(0)[1])
 
     def pieces(self) -> list:
         return self.first + self.last

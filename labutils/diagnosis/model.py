@@ -64,22 +64,16 @@ class Diagnosis:
 
     def __str__(self) -> str:
         lines = [f"cause: {self.cause} ({self.confidence} confidence)", f"  {self.summary}"]
-        if self.evidence:
-            lines.append("evidence:")
-            lines.extend(f"  - {e}" for e in self.evidence)
-        if self.unexplained:
-            lines.append("not explained by this cause:")
-            lines.extend(f"  - {t}" for t in self.unexplained)
-        if self.proves:
-            lines.append("what this proves:")
-            lines.extend(f"  - {t}" for t in self.proves)
+        for title, items in (("evidence", self.evidence), ("not explained by this cause", self.unexplained),
+                             ("what this proves", self.proves)):
+            if items:
+                lines += [f"{title}:", *(f"  - {x}" for x in items)]
         if self.cannot_prove:
             lines.append(f"what it cannot prove: {self.cannot_prove}")
         if self.decide_with:
             lines.append(f"to decide it, run on the job's machine: {self.decide_with}")
         if self.fixes:
-            lines.append("fixes:")
-            lines.extend(f"  - {f}" for f in self.fixes)
+            lines += ["fixes:", *(f"  - {f}" for f in self.fixes)]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

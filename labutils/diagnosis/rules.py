@@ -154,6 +154,13 @@ def worker_line(text: str, saw: str) -> Optional[_Finding]:
                     f"printed {line.group(0)!r} before it died ({saw})", "medium")
 
 
+def stopped_inside(text: str, stop: tuple, conf: str, pid: Optional[int]) -> _Finding:
+    """A worker's SIGTERM (``text``) that a library raised inside it, as its own ``stop`` line on stderr says."""
+    return _Finding("native_crash", f"{text}, raised inside the worker by {stop[1]}: '{stop[0]}' on stderr - the "
+                    "library's own stop of a process forked after its threads started, not a signal from outside",
+                    conf, detail="15", pid=pid)
+
+
 def _cause_for_signal(sig: Optional[int]) -> str:
     if sig == 9:
         return "oom_killed"
@@ -351,10 +358,7 @@ def _worker_findings(facts: _Facts) -> list:
                                           "no kernel OOM record): any of " + _OTHER_SIGKILL + " may have sent "
                                           "it", "low", variant="no_memory_evidence", pid=w.pid))
             elif sig == 15 and (stop := vocab.library_stop(facts.stderr)):
-                found.append(_Finding("native_crash", f"{text}, raised inside the worker by {stop[1]}: "
-                                      f"'{stop[0]}' on stderr - the library's own stop of a process forked after "
-                                      "its threads started, not a signal from outside", "high", detail="15",
-                                      pid=w.pid))
+                found.append(stopped_inside(text, stop, "high", w.pid))
             elif sig == 15:
                 found.append(_Finding("worker_exit", f"{text} (SIGTERM: sent from outside the worker, or by the "
                                       "DataLoader's own shutdown of a worker that did not stop)", "low",

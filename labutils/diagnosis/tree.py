@@ -1,23 +1,17 @@
 """The process tree of a run: which process printed or raised what, at any depth.
 
-The runner records the processes the run's main process started (``RunResult.workers``: pid, name, role,
-exit status), every process death it saw at any depth (``RunResult.events``: pid, role, exit status), the
-chain that ended the main process and its stderr. A DataLoader need not run in the main process: a launcher
-starts a child (``multiprocessing.Process(target=train)``, ``torch.multiprocessing.spawn``, a
-``concurrent.futures.ProcessPoolExecutor`` job) and the loader's workers are grandchildren. Their errors reach
-the record in three shapes, each tied here to the child that produced it:
+A DataLoader need not run in the main process: a launcher starts a child (``multiprocessing.Process``,
+``torch.multiprocessing.spawn``, a ``ProcessPoolExecutor`` job) and the loader's workers are grandchildren.
+Their errors reach the record in three shapes, each tied here to the child that produced it:
 
 * ``stderr``: ``multiprocessing`` prints ``Process NAME:`` and the child's traceback when its target raises;
-  NAME is the child's ``name`` in the runner's record;
 * ``ProcessRaisedException`` (torch.multiprocessing.spawn): the main process re-raises the child's traceback
-  text, headed ``-- Process N terminated with the following error:`` (N: the child's index);
-  ``ProcessExitedException`` says a child died (``process N terminated with signal SIGSEGV``);
-* ``_RemoteTraceback`` (concurrent.futures): the pool re-raises the job's exception in the main process, and
-  its ``__cause__`` holds the job's traceback text.
+  under ``-- Process N terminated with the following error:``; ``ProcessExitedException`` says a child died;
+* ``_RemoteTraceback`` (concurrent.futures): the job's traceback text, as the ``__cause__`` of its exception.
 
-The runner records no parent pid and no start method per process; a child's start method is read from its
-name (``SpawnProcess-1``) or from the frames of its traceback (``spawn_main``, ``forkserver``), and a
-grandchild's parent from the child's chain that names it (``DataLoader worker (pid N) ...``).
+The runner records no parent pid and no start method per process: a child's start method is read from its
+name (``SpawnProcess-1``) or its traceback's frames, a grandchild's parent from the chain of the child that
+names it (``DataLoader worker (pid N) ...``).
 """
 
 from __future__ import annotations
