@@ -67,7 +67,8 @@ def _segment(lines: list, i: int) -> tuple:
     return frames, message, j
 
 
-def _exc(frames: list, message: list) -> _Exc:
+def _exc(frames: list, message: list, traceback: bool = True) -> _Exc:
+    """The exception a traceback's frames and message lines print (with ``traceback`` False: its message only)."""
     head = message[0].strip() if message else ""
     m = _EXC_LINE.match(head)
     if m:
@@ -75,7 +76,7 @@ def _exc(frames: list, message: list) -> _Exc:
     else:
         kind, first = "?", head
     text = "\n".join([first, *message[1:]]).strip()
-    return _Exc(kind, text, "\n".join([HEADER, *frames, *message]), None, "ended")
+    return _Exc(kind, text, "\n".join([HEADER, *frames, *message]) if traceback else "", None, "ended")
 
 
 def printed_chains(text: str, headless: bool = True) -> list:
@@ -161,21 +162,15 @@ def _headless(lines: list, used: set) -> list:
                                                         and _EXC_LINE.match(lines[j].strip()))):
             message.append(lines[j])
             j += 1
-        e = _exc(frames if frames_seen else [], message)
-        if not frames_seen:
-            e.traceback = ""
-            e.frames = []
         used.update(range(k + 1, j))
-        out.append((i, [e]))
+        out.append((i, [_exc(frames, message, bool(frames_seen))]))
     return out
 
 
 def _loaderish(text: str) -> bool:
-    """Does this line carry a DataLoader or resource message the rules read?"""
-    return bool(vocab.KILLED.search(text) or vocab.DIED.search(text) or vocab.EXIT_CODE.search(text)
-                or "DataLoader worker process" in text or vocab.TIMEOUT.search(text.split(": ", 1)[-1])
-                or vocab.PIN_DIED.search(text) or vocab.SHM.search(text) or vocab.FD_EXACT.search(text)
-                or vocab.GUARD.search(text) or vocab.MAIN_ATTR.search(text) or "DataLoader" in text)
+    """Does this line carry a DataLoader or resource message the rules read (PyTorch's name the DataLoader)?"""
+    return "DataLoader" in text or any(regex.search(text) for regex in (vocab.PIN_DIED, vocab.SHM, vocab.FD_EXACT,
+                                                                        vocab.GUARD, vocab.MAIN_ATTR))
 
 
 # =========================================================================== ranking: the primary failure

@@ -32,54 +32,30 @@ def torchrun_failures(text: str) -> list:
     when the script uses ``@record``, else a hint or ``Signal N (SIG) received by PID``), ``host``,
     ``time`` and ``root`` (True for the "first observed failure"). ``[]`` when there is no such block.
     """
-    lines = (text or "").replace("\r", "").splitlines()
-    out: list = []
-    root_section = False
-    cur: Optional[dict] = None
-    last_field = None
-    for line in lines:
-        if _TR_TITLE.match(line.strip()):
-            root_section, cur = True, None
-            continue
-        if line.strip() == "Failures:":
-            root_section, cur = False, None
-            continue
-        if _TR_RULE.match(line.strip()) and len(line.strip()) >= 10:
-            cur, last_field = None, None
-            continue
-        m = _TR_ENTRY.match(line)
-        if m:
-            cur = {"rank": None, "local_rank": None, "exitcode": None, "pid": None, "signal": None,
-                   "error_file": None, "traceback": "", "host": None, "time": None, "root": root_section}
+    out, root, cur, last = [], False, None, None
+    for line in (text or "").replace("\r", "").splitlines():
+        stripped = line.strip()
+        if _TR_TITLE.match(stripped) or stripped == "Failures:":
+            root, cur = stripped != "Failures:", None
+        elif _TR_RULE.match(stripped) and len(stripped) >= 10:
+            cur = last = None
+        elif _TR_ENTRY.match(line):
+            cur, last = dict.fromkeys(("rank", "local_rank", "exitcode", "pid", "signal", "error_file")) | {
+                "traceback": "", "host": None, "time": None, "root": root}, None
             out.append(cur)
-            last_field = None
-            continue
-        if cur is None:
-            continue
-        m = _TR_FIELD.match(line)
-        if m:
-            name, value = m.group(1), m.group(2).rstrip()
-            last_field = name
-            if name == "rank":
-                r = _TR_RANK.match(value)
-                if r:
-                    cur["rank"], cur["local_rank"] = int(r.group(1)), int(r.group(2))
-            elif name == "exitcode":
-                e = _TR_EXIT.match(value)
-                if e:
-                    cur["exitcode"], cur["pid"] = int(e.group(1)), int(e.group(2))
-                    cur["signal"] = e.group(3)
-            elif name == "error_file":
+        elif cur is not None and (m := _TR_FIELD.match(line)):
+            last, value = m.group(1), m.group(2).rstrip()
+            if last == "rank" and (r := _TR_RANK.match(value)):
+                cur["rank"], cur["local_rank"] = int(r.group(1)), int(r.group(2))
+            elif last == "exitcode" and (e := _TR_EXIT.match(value)):
+                cur["exitcode"], cur["pid"], cur["signal"] = int(e.group(1)), int(e.group(2)), e.group(3)
+            elif last == "error_file":
                 cur["error_file"] = None if value in ("<N/A>", "") else value
-            elif name == "traceback":
-                cur["traceback"] = value
-            else:
-                cur[name] = value
-        elif last_field == "traceback":  # @record: the rank's traceback, indented by two more spaces
+            elif last in ("traceback", "host", "time"):
+                cur[last] = value
+        elif cur is not None and last == "traceback":  # @record: the rank's traceback, indented two more spaces
             cur["traceback"] += "\n" + (line[2:] if line.startswith("  ") else line)
-    out = [f for f in out if f["rank"] is not None]
-    out.sort(key=lambda f: not f["root"])
-    return out
+    return sorted((f for f in out if f["rank"] is not None), key=lambda f: not f["root"])
 
 
 def rank_output(stderr: str, rank: int) -> str:
