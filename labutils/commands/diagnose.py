@@ -1,15 +1,8 @@
 """``python -m labutils diagnose [OPTIONS] SCRIPT|NOTEBOOK [ARGS...]``: run it isolated and name the cause.
 
-A script runs unchanged in a fresh process under the same limits as :func:`labutils.run_isolated`.
-A notebook (``.ipynb``) is executed cell by cell in a real Jupyter kernel (nbclient) started inside
-that isolated run, so the limits apply to the kernel and its workers too, and a class defined in a
-cell is as unimportable for spawn workers as it is in JupyterLab; the report names the failing cell.
-Even a script that catches the DataLoader error and exits 0 is diagnosed from what happened.
-
-A run is stopped early only by ``--stall`` (no batch delivered for that long while workers are alive:
-diagnosed as a hang, with the stacks of the stuck processes) or ``--timeout`` (a total limit, off by
-default so that a long healthy training is never cut). Options come before SCRIPT; everything after
-SCRIPT is the script's.
+A script runs unchanged in a fresh process under the limits of :func:`labutils.run_isolated`; a notebook runs
+cell by cell in a Jupyter kernel inside that run (its classes as unimportable for spawn workers as in
+JupyterLab), and the report names the failing cell. Only ``--stall`` or ``--timeout`` stops a run early.
 """
 
 from __future__ import annotations

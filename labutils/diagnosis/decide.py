@@ -10,7 +10,7 @@ from typing import Optional
 from ..machine import probes
 from . import messages as vocab
 from .causes import CATALOGUE, PRECEDENCE, UNKNOWN, fixes_for
-from .evidence import _batches, _Exc, _Facts, _Finding, _frame_kind, _short, _through_loader, workers_named
+from .evidence import _at, _batches, _Exc, _Facts, _Finding, _frame_kind, _short, _through_loader, workers_named
 from .rules import (
     _classify,
     _main_signal_findings,
@@ -155,8 +155,7 @@ def _same_chain(a: list, b: list) -> bool:
 def _fallback_single(e: _Exc, single: bool) -> Optional[_Finding]:
     """An exception that escaped a single-process DataLoader: the Dataset raised it in the main process."""
     if _through_loader(e) and single:
-        line = next((f for f in reversed(e.frames) if f[3] == "user"), None)
-        at = f" at {os.path.basename(line[0])}:{line[1]} in {line[2]}" if line else ""
+        at = f" at {_at(e.user_frame)}" if e.user_frame else ""
         return _Finding("worker_exception", f"{e.type}: {_short(e.message)} escaped the DataLoader iterator "
                         f"(raised by the Dataset/collate_fn in the main process, num_workers=0){at}",
                         "high" if e.frames or e.origin in ("next", "init") else "medium",
@@ -165,14 +164,10 @@ def _fallback_single(e: _Exc, single: bool) -> Optional[_Finding]:
 
 
 def _outside_finding(e: _Exc) -> _Finding:
-    line = next((f for f in reversed(e.frames) if f[3] == "user"), None)
-    last = e.frames[-1] if e.frames else None
-    where = ""
+    line, where = e.user_frame, ""
     if line:
-        where = f" (your code: {os.path.basename(line[0])}:{line[1]} in {line[2]}"
-        if last is not None and last is not line:
-            where += f"; raised in {_lib_name(last[0])}"
-        where += ")"
+        raised = "" if e.frames[-1] is line else f"; raised in {_lib_name(e.frames[-1][0])}"
+        where = f" (your code: {_at(line)}{raised})"
     return _Finding("outside_loader", f"the script failed outside data loading: {e.type}: {_short(e.message)}"
                     f"{where} - no frame of torch.utils.data in its traceback", "high",
                     detail=f"{e.type}: {_short(e.message, 120)}")

@@ -143,7 +143,10 @@ def explain_log(log: LogText) -> Diagnosis:
                          "again (multiprocessing's _fixup_main_from_path, then <module>): code there that starts "
                          "DataLoader workers needs an if __name__ == '__main__': guard", "medium")] + mine
         cause, conf = "missing_main_guard", "medium"
-    cause, mine, conf = _worker_words(log.text, cause, mine, conf)
+    found = worker_line(log.text, "the main process saw only an echo of the death") if (
+        cause in ("worker_exit", UNKNOWN) and conf == "low" or cause == "outside_loader") else None
+    if found is not None:
+        cause, mine, conf = found.cause, [found, *mine], "medium"
     if cause == "oom_killed" and conf == "low" and memory:
         mine.insert(0, _Finding("oom_killed", "the platform says the kill was for memory: " + "; ".join(memory),
                                 "high"))
@@ -165,13 +168,6 @@ def explain_log(log: LogText) -> Diagnosis:
         d.cannot_prove = "the error itself: the traceback in the text stops before its exception line"
         d.decide_with = SCRIPT + "  (or paste the whole traceback, to its last line)"
     return d
-
-
-def _worker_words(text: str, cause: str, mine: list, conf: str) -> tuple:
-    """The line a worker printed as it died, where the main process saw only an echo of the death."""
-    found = worker_line(text, "the main process saw only an echo of the death") if (
-        cause in ("worker_exit", UNKNOWN) and conf == "low" or cause == "outside_loader") else None
-    return (found.cause, [found, *mine], "medium") if found else (cause, mine, conf)
 
 
 def _log_caps(d: Diagnosis, mine: list, memory: list, log: LogText, loose: list) -> Diagnosis:

@@ -4,6 +4,7 @@ and PyTorch's own messages about a worker's death."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -75,6 +76,11 @@ class _Exc:
         return {f[3] for f in self.frames}
 
     @property
+    def user_frame(self) -> Optional[tuple]:
+        """The innermost frame of the script's own code, None without one."""
+        return next((f for f in reversed(self.frames) if f[3] == "user"), None)
+
+    @property
     def raised_in(self) -> Optional[str]:
         """Kind of the innermost frame (where the exception was raised), None without frames."""
         return self.frames[-1][3] if self.frames else None
@@ -127,6 +133,11 @@ class _Facts:
 def _exit_words(code: int) -> str:
     """A process's exit status as the evidence words it: ``killed by SIGKILL``, ``exit code 1``."""
     return f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
+
+
+def _at(frame: tuple) -> str:
+    """``file.py:12 in func`` of a frame of :func:`_frames`."""
+    return f"{os.path.basename(frame[0])}:{frame[1]} in {frame[2]}"
 
 
 def _batches(n: int) -> str:
@@ -199,15 +210,10 @@ def with_quoted(chain: list) -> list:
 
 
 def is_worker_death(exc: BaseException) -> bool:
-    """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
-
-    The one detector of the lab (:class:`labutils.kit.fixes.ResilientLoader` restarts on it and the
-    diagnosis uses it): PyTorch's own ``DataLoader worker (pid ...) exited unexpectedly`` /
-    ``... is killed by signal: ...``, and the race where the main process fails to fetch a dead worker's
-    tensor (an EOFError or connection/file error raised in ``rebuild_storage_fd``/``recvfds``). An
-    exception *raised by* ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0")
-    is not a death, and neither is the pin-memory thread's message on its own.
-    """
+    """True when ``exc`` (or its cause chain) says a DataLoader worker process died: PyTorch's own death
+    messages, or a fetch from a dead worker (:func:`worker_death_kind`); not an exception raised *by*
+    ``__getitem__`` ("Caught ValueError in DataLoader worker process 0"), nor the pin-memory thread's echo alone.
+    The lab's one detector: :class:`labutils.kit.fixes.ResilientLoader` restarts on it."""
     for _, e in _chain_of(exc):
         if vocab.WRAPPER.match((e.message or "").strip()):
             return False
@@ -247,13 +253,8 @@ def plain_text(text: Optional[str]) -> str:
 
 # =========================================================================== origin
 def _through_loader(e: _Exc) -> Optional[bool]:
-    """Did this exception come out of the DataLoader (its iterator, its worker start, a re-raise)?
-
-    True for what the bootstrap caught escaping ``iter()``/``next()``, for any traceback with a frame
-    of torch.utils.data, and for one through torch's tensor sharing (``torch.multiprocessing.reductions``,
-    how a worker's batch reaches the main process); False for a traceback without one; None when there
-    is no traceback at all (an exception built by hand: only its message is left to judge).
-    """
+    """Did this exception come out of the DataLoader (its iterator, its worker start, torch's tensor sharing, a
+    re-raise)? None without a traceback (an exception built by hand: only its message is left to judge)."""
     if e.origin in ("next", "init", "quoted"):
         return True
     if not e.frames:

@@ -400,12 +400,9 @@ def find_unpicklable(
     reported). A ``DataLoader`` passed as ``obj`` is expanded to its ``dataset``, ``collate_fn`` and
     ``worker_init_fn``, the three things a worker is sent.
 
-    What is followed: attributes (``__dict__``, ``__slots__``, or whatever ``__getstate__`` /
-    ``__reduce_ex__`` return, so an object whose ``__getstate__`` drops its lock is fine), dict keys
-    and values (``dataset.index['a']``), list/tuple/set items (``dataset.items[3]``), closure cells
-    of nested functions and lambdas (``collate_fn.<closure>.conn``), ``functools.partial``
-    (``.func``, ``.args[i]``, ``.keywords['k']``) and bound methods (``.__self__``). Each object is
-    visited once, so cycles terminate.
+    Paths follow what pickle pickles: attributes (whatever ``__getstate__``/``__reduce_ex__`` return, so an
+    object whose ``__getstate__`` drops its lock is fine), ``index['a']``, ``items[3]``, closure cells
+    (``collate_fn.<closure>.conn``), a partial's ``.func``/``.args[i]``, a bound method's ``.__self__``.
 
     Args:
         obj: the dataset, collate_fn, worker_init_fn or DataLoader to check.

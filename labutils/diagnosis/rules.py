@@ -11,6 +11,7 @@ from ..runner.result import signal_name
 from . import messages as vocab
 from .causes import LOADER_CAUSES
 from .evidence import (
+    _at,
     _Exc,
     _Facts,
     _Finding,
@@ -108,9 +109,8 @@ def _classify(e: _Exc, where: str, single_process: bool) -> list:
     if resource and vocab.FD.search(msg):
         line = next((f for f in reversed(e.frames) if f[3] in ("user", "lib")), None)
         if e.raised_in in ("user", "lib") and "mp" not in e.kinds:
-            return [_Finding("fd_limit", said + f" - raised by the Dataset's own file opening at "
-                             f"{os.path.basename(line[0])}:{line[1]} in {line[2]}", conf, variant="user_leak",
-                             detail=f"{line[2]}: {line[4]}")]
+            return [_Finding("fd_limit", said + f" - raised by the Dataset's own file opening at {_at(line)}", conf,
+                             variant="user_leak", detail=f"{line[2]}: {line[4]}")]
         return [_Finding("fd_limit", said, conf)]
     if e.type in _CUDA_TYPES and vocab.CUDA.search(msg):
         return [_Finding("cuda_in_worker", said + (" (CUDA touched by the Dataset in the main process, "
@@ -135,8 +135,8 @@ def _classify_wrapper(e: _Exc, m, where: str, conf: str) -> _Finding:
     if inner_type in _RESOURCE_TYPES and vocab.FD.search(inner):
         last = inner_frames[-1] if inner_frames else None
         if last is not None and last[3] in ("user", "lib") and not any(f[3] == "mp" for f in inner_frames):
-            return _Finding("fd_limit", said + f" (raised at {os.path.basename(last[0])}:{last[1]} in "
-                            f"{last[2]}: the Dataset's own code opening files, not the loader's IPC)", conf,
+            return _Finding("fd_limit", said + f" (raised at {_at(last)}: the Dataset's own code opening files, "
+                            "not the loader's IPC)", conf,
                             variant="user_leak", detail=f"{last[2]}: {last[4]}" if last[4] else last[2])
         return _Finding("fd_limit", said + " (the worker ran out of file descriptors)", conf)
     if inner_type in _CUDA_TYPES and vocab.CUDA.search(inner):
@@ -443,8 +443,7 @@ def _stack_lines(facts: _Facts) -> list:
         if frames:
             path, line, func = frames[0]  # faulthandler prints the innermost frame first
             user = next((f for f in frames if _frame_kind(f[0]) == "user"), None)
-            extra = f", called from {os.path.basename(user[0])}:{user[1]} in {user[2]}" if user and \
-                user != frames[0] else ""
+            extra = f", called from {_at(user)}" if user and user != frames[0] else ""
             lines.append(f"stack of pid {pid}: in {func} ({os.path.basename(path)}:{line}){extra}")
     return lines
 

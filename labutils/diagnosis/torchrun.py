@@ -1,5 +1,10 @@
 """torchrun launches: the failures listed in ChildFailedError's Root Cause block, each rank's own output,
-and the first failed rank explained like a script."""
+and the first failed rank explained like a script.
+
+torchrun starts one process per rank and, when one fails, stops the others with SIGTERM and raises
+ChildFailedError, whose "Root Cause (first observed failure)" block holds the rank, its exit code and pid, an
+error file and a traceback. The rank's own traceback is on the launch's stderr, each line prefixed with
+``[rankN]:`` (torch >= 2.2; older releases print it without the prefix)."""
 
 from __future__ import annotations
 
@@ -12,18 +17,14 @@ from .evidence import _exit_words, _Facts, _short
 from .fromlog import last_chain
 from .model import Diagnosis, probe_lines
 
-# =========================================================================== torchrun launches
-# torchrun (torch.distributed.run) starts one process per rank and, when one fails, stops the others
-# with SIGTERM and raises ChildFailedError whose message holds a "Root Cause (first observed failure)"
-# block: the rank, its exit code and pid, an error file and a traceback. The rank's own Python traceback
-# is on the launch's stderr, each line prefixed with "[rankN]:" (torch >= 2.2; older releases print it
-# without the prefix). These functions read both and explain the first failed rank like a script.
 _TR_TITLE = re.compile(r"^Root Cause \(first observed failure\):\s*$")
 _TR_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
 _TR_FIELD = re.compile(r"^  (time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
 _TR_RANK = re.compile(r"^(\d+) \(local_rank: (\d+)\)")
 _TR_EXIT = re.compile(r"^(-?\d+) \(pid: (\d+)\)\s*(?:\((SIG\w+)\))?")
 _TR_RULE = re.compile(r"^(=+|-+)$")
+
+
 def torchrun_failures(text: str) -> list:
     """The failures listed in torchrun's ``ChildFailedError`` text, the root cause first.
 
