@@ -20,9 +20,8 @@ from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNK
 from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
 from .decide import _decide, _summary, fixes_of
 from .evidence import _batches, _exit_words, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
-from .fromlog import cut_before_its_error, facts_from_text, memory_words, reruns_main
 from .gather import facts_from_exception, facts_from_result
-from .logread import LogText, read_text
+from .logread import LogText, cut_before_its_error, facts_from_text, memory_words, read_text, reruns_main
 from .model import GENERIC_DEATH, SCRIPT, Diagnosis, open_question, probe_lines
 from .pickling import find_unpicklable
 from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed, worker_line

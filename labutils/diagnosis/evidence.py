@@ -1,6 +1,6 @@
-"""The evidence of a run or a live exception, as the rules read it: exception chains with the frames that say
-who raised them, the processes and their exit statuses, the tracebacks child processes printed on stderr,
-and PyTorch's own messages about a worker's death."""
+"""The evidence of a run, a live exception or a log, as the rules read it: exception chains (live, or as Python
+printed them) with the frames that say who raised them, the processes and their exit statuses, the tracebacks
+child processes printed on stderr, and PyTorch's own messages about a worker's death."""
 
 from __future__ import annotations
 
@@ -251,6 +251,155 @@ def plain_text(text: Optional[str]) -> str:
     return _ANSI.sub("", (text or "").replace("\r", ""))
 
 
+# =========================================================================== chains printed in a text
+HEADER = "Traceback (most recent call last):"
+_LINKS = {"The above exception was the direct cause of the following exception:": "cause",
+          "During handling of the above exception, another exception occurred:": "context"}
+#: a line that is an exception's ``Type: message`` (or a bare type), with a dotted module path allowed
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Empty)|"
+                       r"[A-Za-z_][\w.]*\.[A-Z]\w*|RuntimeError|KeyError|StopIteration)(?::\s?(.*))?$")
+_TYPED = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
+_PYTEST_FRAME = re.compile(r"^(\S+\.py):(\d+): in (\S+)$")
+
+
+def _segment(lines: list, i: int) -> tuple:
+    """One traceback from its header at ``lines[i]``: ``(frames, message lines, index after it)``."""
+    frames, j = [], i + 1
+    while j < len(lines) and (lines[j].startswith((" ", "\t")) or not lines[j].strip()):
+        if not lines[j].strip() and j + 1 < len(lines) and not lines[j + 1].startswith((" ", "\t")):
+            break
+        frames.append(lines[j])
+        j += 1
+    if j >= len(lines):
+        return frames, [], j
+    message, j = [lines[j]], j + 1
+    original = False
+    while j < len(lines):
+        line = lines[j]
+        if line.startswith(vocab.ORIGINAL) or (line.startswith(HEADER) and message[-1].endswith(":")
+                                               and len(message) == 1 and not frames):
+            original = True
+        elif line.startswith((" ", "\t")) and line.strip():
+            pass  # an indented line of a multi-line message, or the frames of a quoted worker traceback
+        elif original and _EXC_LINE.match(line.strip()):
+            message.append(line)
+            original = False
+            j += 1
+            continue
+        else:
+            break
+        message.append(line)
+        j += 1
+    return frames, message, j
+
+
+def _exc(frames: list, message: list, traceback: bool = True) -> _Exc:
+    """The exception a traceback's frames and message lines print (with ``traceback`` False: its message only)."""
+    head = message[0].strip() if message else ""
+    m = _EXC_LINE.match(head)
+    if m:
+        kind, first = m.group(1).rsplit(".", 1)[-1], (m.group(2) or "")
+    else:
+        kind, first = "?", head
+    text = "\n".join([first, *message[1:]]).strip()
+    return _Exc(kind, text, "\n".join([HEADER, *frames, *message]) if traceback else "", None, "ended")
+
+
+def printed_chains(text: str, headless: bool = True) -> list:
+    """Every exception chain printed in ``text`` as ``(line index, [_Exc, ...] outermost first)``, in order.
+
+    A chain is one or more tracebacks joined by Python's "The above exception ..." lines. With ``headless``, a
+    traceback whose top was cut off (frames, then the exception line, with no header) and a lone ``Type:
+    message`` line of a DataLoader message (pytest's ``E`` lines, a chat paste) count as one-link chains."""
+    lines = text.split("\n")
+    out, i, used = [], 0, set()
+    while i < len(lines):
+        if lines[i].strip() == HEADER:
+            start, chain, link = i, [], None
+            while i < len(lines) and lines[i].strip() == HEADER:
+                frames, message, i = _segment(lines, i)
+                e = _exc(frames, message)
+                e.link = link
+                chain.append(e)
+                used.update(range(start, i))
+                k = i
+                while k < len(lines) and not lines[k].strip():
+                    k += 1
+                if k < len(lines) and lines[k].strip() in _LINKS:
+                    link = _LINKS[lines[k].strip()]
+                    i = k + 1
+                    while i < len(lines) and not lines[i].strip():
+                        i += 1
+                else:
+                    break
+            chain.reverse()  # printed oldest first: the one that ended the process first here
+            for n, e in enumerate(chain):
+                e.link = None if n == 0 else (chain[n - 1].link or "cause")
+            chain[0].link = None
+            chain[0].ignored = _after_ignored(lines, start)
+            out.append((start, chain))
+        else:
+            i += 1
+    if headless:
+        out += _headless(lines, used)
+        out.sort(key=lambda pair: pair[0])
+    return out
+
+
+def last_chain(text: str) -> list:
+    """The last exception chain printed in ``text`` with its traceback header, outermost first; [] if none."""
+    chains = printed_chains(text, headless=False)
+    return chains[-1][1] if chains else []
+
+
+def _after_ignored(lines: list, start: int) -> bool:
+    """Is the traceback at ``lines[start]`` one Python reports as ignored (an exit handler's, a ``__del__``'s):
+    printed after the script's own end, for an exception that ended nothing?"""
+    k = start - 1
+    while k >= 0 and not lines[k].strip():
+        k -= 1
+    return k >= 0 and lines[k].lstrip().startswith("Exception ignored in")
+
+
+def _headless(lines: list, used: set) -> list:
+    """One-link chains from exception lines outside any traceback: a cut top, pytest's E lines, a paste."""
+    out = []
+    for i, line in enumerate(lines):
+        if i in used or line.startswith((" ", "\t")):
+            continue
+        if not _loaderish(line):
+            continue
+        typed = _TYPED.search(line)  # "Error : RuntimeError: ...": the exception line after a logger's words
+        if typed and typed.start():
+            line = line[typed.start():]
+        m = _EXC_LINE.match(line.strip())
+        if not m:
+            continue
+        k, frames = i - 1, []
+        while k >= 0 and k not in used and (lines[k].startswith((" ", "\t")) or _PYTEST_FRAME.match(lines[k])):
+            p = _PYTEST_FRAME.match(lines[k])
+            frames.insert(0, f'  File "{p.group(1)}", line {p.group(2)}, in {p.group(3)}' if p else lines[k])
+            k -= 1
+        frames_seen = [f for f in frames if _FRAME.match(f)]
+        message = [line]
+        j = i + 1
+        while j < len(lines) and j not in used and (lines[j].startswith((" ", "\t", vocab.ORIGINAL))
+                                                    or (message[-1].startswith((" ", "\t"))
+                                                        and _EXC_LINE.match(lines[j].strip()))):
+            message.append(lines[j])
+            j += 1
+        used.update(range(k + 1, j))
+        out.append((i, [_exc(frames, message, bool(frames_seen))]))
+    return out
+
+
+def _loaderish(text: str) -> bool:
+    """Does this line carry a DataLoader or resource message the rules read (PyTorch's name the DataLoader)?"""
+    return "DataLoader" in text or any(regex.search(text) for regex in (vocab.PIN_DIED, vocab.SHM, vocab.FD_EXACT,
+                                                                        vocab.GUARD, vocab.MAIN_ATTR))
+
+
+
 # =========================================================================== origin
 def _through_loader(e: _Exc) -> Optional[bool]:
     """Did this exception come out of the DataLoader (its iterator, its worker start, torch's tensor sharing, a
@@ -265,7 +414,7 @@ def _through_loader(e: _Exc) -> Optional[bool]:
 
 
 # =========================================================================== stderr, by who printed it
-_EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")  # 'RuntimeError: ...', 'KeyboardInterrupt', 'mod.Error:'
+_EXC_START = re.compile(r"[A-Za-z_][\w.]*(:|$)")  # 'RuntimeError: ...', 'KeyboardInterrupt', 'mod.Error:'
 
 
 def _tracebacks(text: str) -> list:
@@ -299,7 +448,7 @@ def _tracebacks(text: str) -> list:
             # its indent apart from its text, so the other process's line can land between them: a piece
             # that is no exception line (the text of a `raise` line, a row of carets) is skipped, up to three
             for _ in range(3):
-                if j < len(lines) and lines[j].strip() and not _EXC_LINE.match(lines[j].strip()):
+                if j < len(lines) and lines[j].strip() and not _EXC_START.match(lines[j].strip()):
                     body.append(lines[j])
                     j += 1
             # a multi-line message (the guard's text) continues on indented lines after the type line

@@ -7,6 +7,10 @@ for the words of a failure, and only the lines around each hit are kept, with th
 shown them: ANSI colours removed, a carriage-return-rewritten line (tqdm) reduced to what it ended as, and
 the prefixes that launchers and wrappers put before each line (``[rank1]:``, ``[1,3]<stderr>:``,
 ``[default0]:``, pytest's ``E   ``, ``0: `` of ``srun --label``) taken off.
+
+Then its evidence: the primary failure among the chains printed in it, the worker pids PyTorch names, and the
+platform's words about a kill (the kernel's OOM line, Slurm's oom_kill, Kubernetes' OOMKilled, a shell's
+``Killed``). A log proves less than a run; what its text cannot decide stays below ``high`` confidence.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 from typing import Iterable, Union
+
+from . import messages as vocab
+from .evidence import _Facts, printed_chains, quoted, with_quoted, worker_death_kind, workers_named
 
 CHUNK = 8 << 20
 BEFORE = 8 << 10  # bytes kept before a hit (the head of a traceback whose last line is the hit)
@@ -231,3 +238,109 @@ def read_text(text: str) -> LogText:
         log.text = _stream(io.BytesIO(text.encode("utf-8", errors="replace")), "text", log)
         return log
     return read_logs((), texts=[text]) if text.strip() else LogText(names=["text"])
+
+
+# =========================================================================== the evidence of a log's text
+# the platform's words
+KERNEL_OOM = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (\d+) \(([^)]*)\)")
+KERNEL_OOM_TASK = re.compile(r"oom-kill:.*?task=([^,\s]+),pid=(\d+)")
+SLURM_OOM = re.compile(r"slurmstepd(?:-[\w.-]+)?: error: Detected (\d+) oom[-_]kill events?")
+K8S_OOM = re.compile(r"\bOOMKilled\b")
+K8S_137 = re.compile(r"Exit Code:\s*137\b|exit code:? 137\b|exited with code 137\b", re.I)
+SHELL_SIGNAL = re.compile(r"^(?:.*: line \d+: +\d+ |\[\d+\]\+? +)?(Killed|Segmentation fault|Bus error|Aborted|"
+                          r"Floating point exception|Illegal instruction|Terminated)(?: \(core dumped\))?"
+                          r"(?:\s+\S.*)?$", re.M)
+
+
+# =========================================================================== ranking: the primary failure
+def _score(chain: list) -> int:
+    """2: a DataLoader failure of its own (a worker's error, a death with its reason, a resource message);
+    1: an echo of a death or frames of the DataLoader; 0: nothing of the loader."""
+    best = 0
+    own = "\n".join(e.traceback.split(vocab.ORIGINAL)[0] for e in chain)  # not a quoted worker traceback
+    if re.search(r", in (_main|spawn_main|_worker_loop|_bootstrap)$", own, re.M):
+        return 0  # a child printed it (a spawn child starting, a worker): evidence beside the failure, not it
+    for e in chain:
+        inner = quoted(e) or e
+        kind = worker_death_kind(inner)
+        if kind in ("killed", "exitcode") or vocab.WRAPPER.match((inner.message or "").strip()) \
+                or vocab.OLD_WRAPPER.match((inner.message or "").strip()) or vocab.TIMEOUT.match(inner.head):
+            return 2
+        if vocab.SHM.search(inner.message or "") or vocab.FD_EXACT.search(inner.message or "") \
+                or vocab.GUARD.search(inner.message or "") or vocab.MAIN_ATTR.search(inner.message or ""):
+            return 2
+        if kind or "loader" in e.kinds:
+            best = 1
+    return best
+
+
+def primary(chains: list) -> tuple:
+    """``(the primary chain, the others)``: the last chain with the most to say about the DataLoader, of those
+    not reported as ignored (at exit, multiprocessing's handler stops the workers still alive, and PyTorch's
+    SIGCHLD handler can raise inside it: "Exception ignored in atexit callback", a kill by SIGTERM that the
+    exiting main process sent itself, after the failure)."""
+    if not chains:
+        return [], []
+    ranked = max(range(len(chains)), key=lambda n: (not chains[n][1][0].ignored, _score(chains[n][1]), n))
+    return chains[ranked][1], [c for n, (_, c) in enumerate(chains) if n != ranked]
+
+
+# =========================================================================== platform words
+def platform(text: str) -> dict:
+    """The platform's own words about kills in ``text``: kernel OOM lines (pid -> line), Slurm's oom_kill
+    events, Kubernetes' OOMKilled / exit code 137, and the signal a shell printed for the main process."""
+    kernel = {}
+    for m in KERNEL_OOM.finditer(text):
+        kernel.setdefault(int(m.group(1)), m.group(0))
+    for m in KERNEL_OOM_TASK.finditer(text):
+        kernel.setdefault(int(m.group(2)), m.group(0))
+    slurm = SLURM_OOM.search(text)
+    shell = SHELL_SIGNAL.search(text)
+    return {"kernel": kernel, "slurm": slurm.group(0) if slurm else None,
+            "k8s_oom": bool(K8S_OOM.search(text)), "k8s_137": bool(K8S_137.search(text)),
+            "shell": shell.group(1) if shell else None, "shell_line": shell.group(0).strip() if shell else None}
+
+
+def memory_words(words: dict) -> list:
+    """Lines of the platform that say a kill was for memory."""
+    out = [f"the kernel log in the text: {line}" for line in words["kernel"].values()]
+    if words["slurm"]:
+        out.append(f"Slurm: {words['slurm']}")
+    if words["k8s_oom"]:
+        out.append("Kubernetes: the container's last state is OOMKilled")
+    return out
+
+
+def cut_before_its_error(chain: list) -> bool:
+    """The traceback stops before its exception line (pasted cut at the bottom): its error is not in the text."""
+    return bool(chain) and chain[0].type == "?" and not (chain[0].message or "").strip()
+
+
+def reruns_main(chain: list) -> bool:
+    """A spawned child's traceback that runs the script's top level again (multiprocessing's
+    ``_fixup_main_from_path``, then the script's ``<module>``): what a script without a main guard does."""
+    text = "\n".join(e.traceback for e in chain)
+    i = text.find("in _fixup_main_from_path")
+    return i >= 0 and ", in <module>" in text[i:]
+
+
+def facts_from_text(text: str) -> tuple:
+    """``(_Facts, the other chains, platform words)`` of a cleaned log text."""
+    chains = printed_chains(text)
+    main, others = primary(chains)
+    words = platform(text)
+    facts = _Facts(source="log", outcome="failed" if main else None, stderr=text)
+    facts.ended = with_quoted(main)
+    facts.workers = workers_named(facts.ended)
+
+    def kernel_record(pids, since=None):
+        lines = [words["kernel"][p] for p in pids if p in words["kernel"]]
+        return {"lines": lines} if lines else None
+
+    facts.kernel_record = kernel_record
+    if not main:
+        signal_word = words["shell"] or ("Killed" if words["k8s_oom"] or words["k8s_137"] else None)
+        sig = vocab.signal_from_word(signal_word) if signal_word else None
+        if sig:
+            facts.outcome, facts.main_signal, facts.returncode = "failed", sig, -sig
+    return facts, others, words

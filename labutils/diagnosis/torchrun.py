@@ -13,8 +13,7 @@ from typing import Optional
 
 from .causes import CATALOGUE, UNKNOWN
 from .decide import _summary, decide_process, fixes_of
-from .evidence import _exit_words, _Facts, _short
-from .fromlog import last_chain
+from .evidence import _exit_words, _Facts, _short, last_chain
 from .model import Diagnosis, probe_lines
 
 _TR_TITLE = re.compile(r"^Root Cause \(first observed failure\):\s*$")

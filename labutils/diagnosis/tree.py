@@ -20,8 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .evidence import _worker_pids_named, plain_text
-from .fromlog import last_chain, printed_chains
+from .evidence import _worker_pids_named, last_chain, plain_text, printed_chains
 from .messages import signal_from_word
 
 __all__ = ["ProcNode", "build_tree"]
