@@ -77,7 +77,8 @@ class Cause:
         return self.summary
 
 
-_OOM_OTHER_SENDERS = ("a `kill -9` by a person or a script, a scheduler's preemption (SLURM, Kubernetes), "
+#: who else sends SIGKILL, besides the kernel's OOM killer
+OTHER_SIGKILL_SENDERS = ("a `kill -9` by a person or a script, a scheduler's preemption (SLURM, Kubernetes), "
                       "`timeout -s KILL`, systemd stopping a service")
 
 _ENTRIES = [
@@ -174,7 +175,7 @@ _ENTRIES = [
         variants={"no_memory_evidence": {
             "short": "Look for the kernel's record first: `dmesg`, `memory.events`, the scheduler's job log",
             "summary": "a worker was killed by SIGKILL; nothing recorded says it was for memory: the kernel "
-                       "OOM killer sends SIGKILL, and so do " + _OOM_OTHER_SENDERS,
+                       "OOM killer sends SIGKILL, and so do " + OTHER_SIGKILL_SENDERS,
             "fixes": (
                 ("Look for the kernel's record first: `dmesg | grep -i -E 'killed process|oom'` (needs "
                  "root on many systems), the cgroup's memory.events oom_kill counter, or your scheduler's "

@@ -9,7 +9,7 @@ from typing import Optional
 
 from ..machine import probes
 from . import messages as vocab
-from .causes import CATALOGUE, PRECEDENCE, UNKNOWN, fixes_for
+from .causes import CATALOGUE, OTHER_SIGKILL_SENDERS, PRECEDENCE, UNKNOWN, fixes_for
 from .evidence import _at, _batches, _Exc, _Facts, _Finding, _frame_kind, _short, _through_loader, workers_named
 from .rules import (
     _classify,
@@ -295,10 +295,7 @@ def _decide_without_exception(facts: _Facts) -> tuple:
     if main and main[0].cause == "_main_stopped":
         sig = int(main[0].detail)
         findings = _episode(facts, last_loader)
-        senders = probes.sigterm_senders(facts.env or os.environ) if sig == 15 else []
-        who = f"; likely sender here: {'; '.join(senders)}" if senders else (
-            "; nothing in the environment names a scheduler: a person's kill, a launcher or a service manager"
-            if sig == 15 else "")
+        who = _sigterm_sender(facts) if sig == 15 else ""
         f = _Finding("outside_loader", f"{main[0].text}: the script was stopped from outside{who}", "medium")
         return "outside_loader", [f], "medium", findings, False
     if main:  # SIGKILL of the main process
@@ -387,7 +384,12 @@ def fixes_of(cause: str, mine: list, conf: str) -> list:
     return fixes_for(cause, next((f.variant for f in mine if f.variant not in (None, "startup")), None))
 
 
-_OTHER_SENDERS = "a `kill -9`, a scheduler's preemption (Slurm, Kubernetes), `timeout -s KILL`, systemd"
+
+def _sigterm_sender(facts: _Facts) -> str:
+    senders = probes.sigterm_senders(facts.env or os.environ)
+    return f"; likely sender here: {'; '.join(senders)}" if senders else \
+        "; nothing in the environment names a scheduler: a person's kill, a launcher or a service manager"
+
 
 def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
     entry = CATALOGUE.get(cause)
@@ -413,16 +415,13 @@ def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
             who = "a worker" if any("worker" in f.text for f in mine) else "a process"
             text = (f"{who} was killed by SIGKILL, sender unknown: nothing recorded says it was for memory. "
                     "Check memory first (the kernel's OOM killer sends SIGKILL: dmesg, the cgroup's memory.events), "
-                    "then the other senders: " + _OTHER_SENDERS)
+                    "then the other senders: " + OTHER_SIGKILL_SENDERS)
     elif cause == "worker_exit":
         startup = next((f.detail for f in mine if f.variant == "startup" and f.detail), None)
         if startup:
             text = f"a spawned worker died while starting, before loading any sample: {_short(startup, 120)}"
         elif variant == "sigterm":
-            senders = probes.sigterm_senders(facts.env or os.environ)
-            text = entry.summary_for("sigterm") + (f"; likely sender here: {senders[0]}" if senders else
-                                                   "; nothing in the environment names a scheduler: a person's "
-                                                   "kill, a launcher or a service manager")
+            text = entry.summary_for("sigterm") + _sigterm_sender(facts)
         else:
             m = re.search(r"code (-?\d+)", inner)
             if m:

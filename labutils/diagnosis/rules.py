@@ -9,7 +9,7 @@ from typing import Iterable, Optional
 
 from ..runner.result import signal_name
 from . import messages as vocab
-from .causes import LOADER_CAUSES
+from .causes import LOADER_CAUSES, OTHER_SIGKILL_SENDERS
 from .evidence import (
     _at,
     _Exc,
@@ -291,6 +291,7 @@ def kernel_killed(facts: _Facts) -> tuple:
     return set(), False
 
 
+_ANY_SENDER = f"the kernel OOM killer or any of {OTHER_SIGKILL_SENDERS} may have sent it"
 #: what a spawned worker prints when its interpreter's exit aborts it (see :func:`after_the_failure`)
 _TERMINATE = "terminate called without an active exception"
 
@@ -335,10 +336,6 @@ def _after_finding(facts: _Facts, w, text: str, why: str) -> _Finding:
                     detail=str(-w.exitcode), echo=True, pid=w.pid)
 
 
-_OTHER_SIGKILL = ("a `kill -9`, a scheduler's preemption (SLURM, Kubernetes), `timeout -s KILL`, the "
-                  "kernel OOM killer")
-
-
 def _worker_findings(facts: _Facts) -> list:
     found = []
     for w in facts.workers:
@@ -354,9 +351,9 @@ def _worker_findings(facts: _Facts) -> list:
                 if why:
                     found.append(_Finding("oom_killed", f"{text} - {why}", "high", pid=w.pid))
                 else:
-                    found.append(_Finding("oom_killed", f"{text}; no memory evidence recorded (no watchdog kill, "
-                                          "no kernel OOM record): any of " + _OTHER_SIGKILL + " may have sent "
-                                          "it", "low", variant="no_memory_evidence", pid=w.pid))
+                    found.append(_Finding("oom_killed", f"{text}; no memory evidence recorded (no watchdog kill, no "
+                                          f"kernel OOM record): {_ANY_SENDER}", "low", variant="no_memory_evidence",
+                                          pid=w.pid))
             elif sig == 15 and (stop := vocab.library_stop(facts.stderr)):
                 found.append(stopped_inside(text, stop, "high", w.pid))
             elif sig == 15:
@@ -394,8 +391,8 @@ def _main_signal_findings(facts: _Facts) -> list:
         why = _memory_evidence(facts, None, main=True)
         if why:
             return [_Finding("oom_killed", f"main process killed by SIGKILL - {why}", "high")]
-        return [_Finding("oom_killed", "main process killed by SIGKILL; no memory evidence recorded: any of "
-                         + _OTHER_SIGKILL + " may have sent it", "low", variant="no_memory_evidence")]
+        return [_Finding("oom_killed", f"main process killed by SIGKILL; no memory evidence recorded: {_ANY_SENDER}",
+                         "low", variant="no_memory_evidence")]
     if sig in vocab.NATIVE_SIGNALS or sig == 7:
         return [_Finding("_main_native", f"main process killed by {signal_name(sig)} (native code crashed in the "
                          "main process)", "high", detail=str(sig))]
