@@ -17,7 +17,6 @@ from typing import Optional
 
 from . import messages as vocab
 from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
-from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
 from .decide import _decide, _summary, fixes_of
 from .evidence import _batches, _exit_words, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
 from .gather import facts_from_exception, facts_from_result
@@ -26,7 +25,7 @@ from .model import GENERIC_DEATH, SCRIPT, Diagnosis, open_question, probe_lines
 from .pickling import find_unpicklable
 from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed, worker_line
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
-from .tree import build_tree
+from .tree import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method, build_tree
 
 __all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "explain", "explain_log",
            "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures", "worker_death_kind"]
