@@ -30,9 +30,8 @@ def _frame_kind(path: str) -> str:
         return "torch"
     if p.endswith("labutils/runner/bootstrap.py") or p.endswith("/runpy.py") or p in ("<string>", "<stdin>"):
         return "boot"
-    if p.startswith("<frozen") or "/site-packages/" in p or "/dist-packages/" in p:
-        return "lib"
-    if re.search(r"/lib/python\d\.\d+/", p) or re.search(r"/lib/pypy", p):
+    if p.startswith("<frozen") or "/site-packages/" in p or "/dist-packages/" in p or re.search(
+            r"/lib/(python\d\.\d+/|pypy)", p):
         return "lib"
     if "/IPython/" in p or "/ipykernel/" in p:
         return "boot"

@@ -65,7 +65,7 @@ def facts_from_result(result) -> _Facts:
 
 def facts_from_exception(exc: BaseException) -> _Facts:
     """The facts of a live exception: its chain, and the DataLoader iterator it came through, if any."""
-    facts = _Facts(source="exception", outcome="failed")
+    facts = _Facts(source="exception", outcome="failed", env=dict(os.environ), kernel_record=probes.kernel_oom_record)
     pairs = _chain_of(exc)
     facts.ended = [e for _, e in pairs]
     facts.notes.append("explained from the exception chain and this process's environment only: worker "
@@ -84,12 +84,9 @@ def facts_from_exception(exc: BaseException) -> _Facts:
             method = method or getattr(type(w), "_start_method", None)
         if workers and method is None:  # the default context: its Process class names no method
             method = startmethod.current()
-        ds = getattr(it, "_dataset", None)
-        facts.live_dataset = ds
-        ds_module = type(ds).__module__ if ds is not None else None
-        codes = [w.exitcode for w in facts.workers]
-        if (method in ("spawn", "forkserver") and ds_module == "__main__"
-                and not probes.main_importable() and any(c == 1 for c in codes)):
+        ds = facts.live_dataset = getattr(it, "_dataset", None)
+        if (method in ("spawn", "forkserver") and type(ds).__module__ == "__main__"
+                and not probes.main_importable() and any(w.exitcode == 1 for w in facts.workers)):
             facts.live_findings.append(_Finding(
                 "main_not_importable", f"workers exited with code 1 at start-up under {method}, and the "
                 f"dataset class {type(ds).__qualname__} lives in this __main__, which has no file to import "
@@ -98,6 +95,4 @@ def facts_from_exception(exc: BaseException) -> _Facts:
                             "timeout": getattr(it, "_timeout", None), "start_method": method,
                             "dataset": type(ds).__module__ + "." + type(ds).__qualname__ if ds is not None
                             else None})
-    facts.env = dict(os.environ)
-    facts.kernel_record = probes.kernel_oom_record
     return facts

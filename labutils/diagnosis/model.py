@@ -18,16 +18,11 @@ from .causes import LOADER_CAUSES
 # =========================================================================== public result type
 @dataclass
 class Diagnosis:
-    """The cause of a run or exception, with the evidence used and the fixes.
-
-    ``cause`` is one of :data:`CAUSES` (or ``unsupported`` / ``unknown``); ``confidence`` is
-    ``"high"`` (structured evidence: exit codes, signals, PyTorch's own messages where PyTorch raised
-    them, the memory watchdog or the kernel's OOM record), ``"medium"`` (a message without its origin,
-    a child's stderr traceback) or ``"low"`` (a fallback: a bare hang, a SIGKILL with no memory
-    evidence); ``source`` is ``"run"`` for a RunResult, ``"exception"`` for a live exception
-    and ``"log"`` for a log's text.
-    ``recovered`` is True when the script caught the failure and finished anyway.
-    """
+    """The cause of a run, an exception or a log (``source``: ``run``, ``exception``, ``log``), one of
+    :data:`CAUSES` or ``unsupported``/``unknown``, with the evidence used and the fixes. ``confidence`` is
+    ``high`` for structured evidence (exit statuses, PyTorch's own messages where it raised them, the watchdog,
+    the kernel's OOM record), ``medium`` for a message without its origin, ``low`` for a fallback (a bare hang,
+    a SIGKILL with no memory evidence). ``recovered``: the script caught the failure and finished anyway."""
 
     cause: str
     summary: str

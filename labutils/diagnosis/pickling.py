@@ -78,10 +78,8 @@ def _safe_tensor_reduce(tensor: Any) -> tuple:
     # torch.multiprocessing.reductions.reduce_tensor moves the storage into shared memory, a side effect a
     # probe must not have. Keep only its failure condition.
     if getattr(tensor, "requires_grad", False) and not getattr(tensor, "is_leaf", True):
-        raise RuntimeError(
-            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does not "
-            "support crossing process boundaries. Call detach() on the tensor."
-        )
+        raise RuntimeError("Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does "
+                           "not support crossing process boundaries. Call detach() on the tensor.")
     return (_placeholder, ())
 
 
@@ -376,22 +374,12 @@ def _roots(obj: Any, name: str) -> list:
     torch_data = sys.modules.get("torch.utils.data")
     loader_cls = getattr(torch_data, "DataLoader", None)
     if loader_cls is not None and isinstance(obj, loader_cls):
-        return [
-            (obj.dataset, f"{name}.dataset"),
-            (obj.collate_fn, f"{name}.collate_fn"),
-            (obj.worker_init_fn, f"{name}.worker_init_fn"),
-        ]
+        return [(getattr(obj, part), f"{name}.{part}") for part in ("dataset", "collate_fn", "worker_init_fn")]
     return [(obj, name)]
 
 
-def find_unpicklable(
-    obj: Any,
-    name: str = "obj",
-    max_items: int = 20,
-    *,
-    check_main: bool = True,
-    max_checks: int = 2000,
-) -> BlockerList:
+def find_unpicklable(obj: Any, name: str = "obj", max_items: int = 20, *, check_main: bool = True,
+                     max_checks: int = 2000) -> BlockerList:
     """Return every attribute path in ``obj`` that stops spawn/forkserver workers from receiving it.
 
     ``obj`` is judged as ``DataLoader`` judges it: with ``multiprocessing``'s ``ForkingPickler`` and the
@@ -431,16 +419,11 @@ def format_blockers(blockers: list) -> str:
         return "No pickling blockers: spawn/forkserver workers can receive this object."
     lines = []
     for b in blockers:
-        lines.append(str(b))
-        if getattr(b, "hint", ""):
-            lines.append(f"    fix: {b.hint}")
-    more = getattr(blockers, "more", 0)
-    if more:
-        lines.append(f"... and {more} more")
+        lines += [str(b)] + ([f"    fix: {b.hint}"] if getattr(b, "hint", "") else [])
+    if getattr(blockers, "more", 0):
+        lines.append(f"... and {blockers.more} more")
     if getattr(blockers, "truncated", False):
-        lines.append(
-            f"(search stopped after {getattr(blockers, 'checks', '?')} pickle calls; there may be more "
-            "blockers: raise max_checks to look further)"
-        )
+        lines.append(f"(search stopped after {getattr(blockers, 'checks', '?')} pickle calls; there may be more "
+                     "blockers: raise max_checks to look further)")
     return "\n".join(lines)
 

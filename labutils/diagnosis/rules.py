@@ -447,7 +447,6 @@ def _stack_lines(facts: _Facts) -> list:
 
 # =========================================================================== texts left unexplained
 _ANY_LOADER = frozenset(LOADER_CAUSES)
-_STARTUP_GUARD = re.compile(r"bootstrapping phase")
 
 
 def _text_causes(e: _Exc) -> Optional[frozenset]:
@@ -469,7 +468,7 @@ def _text_causes(e: _Exc) -> Optional[frozenset]:
         return frozenset(causes)
     if vocab.EXIT_CODE.match(head) or vocab.DIED.match(head) or vocab.PIN_DIED.match(head):
         return _ANY_LOADER  # an echo: any death of a worker or failure of the loader accounts for it
-    if _STARTUP_GUARD.search(msg):
+    if "bootstrapping phase" in msg:
         return frozenset({"missing_main_guard"})
     if vocab.MAIN_ATTR.search(msg):
         return frozenset({"main_not_importable", "missing_main_guard"})
