@@ -254,17 +254,13 @@ def log_main(argv: Sequence[str]) -> int:
     try:
         args = log_parser().parse_args(list(argv))
     except UsageError as exc:
-        print(f"labutils diagnose: {exc}", file=sys.stderr)
-        print(LOG_USAGE, file=sys.stderr)
-        return 2
+        return _fail(exc, usage=LOG_USAGE)
     try:
         log = read_logs(args.log)
     except LogError as exc:
-        print(f"labutils diagnose: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
     except KeyboardInterrupt:
-        print("labutils diagnose: interrupted", file=sys.stderr)
-        return 130
+        return _fail("interrupted", 130)
     d = explain_log(log)
     _report(json.dumps(log_report_dict(d, log), default=repr) if args.json
             else f"diagnose --log {' '.join(log.names)}:\n{d}")
@@ -280,10 +276,10 @@ def _report(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _usage_fail(message: str) -> int:
-    print(f"labutils diagnose: {message}", file=sys.stderr)
-    print(f"usage: {PROG} [OPTIONS] SCRIPT|NOTEBOOK [ARGS...]   (--help for the options)", file=sys.stderr)
-    return 2
+def _fail(message, status: int = 2, usage: str = "") -> int:
+    """Say why on stderr in one line (and the usage, for a usage error); return the exit status."""
+    print(f"labutils diagnose: {message}" + (f"\n{usage}" if usage else ""), file=sys.stderr)
+    return status
 
 
 def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -305,7 +301,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
         _check_torchrun(args, kind)
         kw = _limits(args)
     except UsageError as exc:
-        return _usage_fail(str(exc))
+        return _fail(exc, usage=f"usage: {PROG} [OPTIONS] SCRIPT|NOTEBOOK [ARGS...]   (--help for the options)")
     except SystemExit as exc:  # argparse's own --help inside the options
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
 
@@ -322,18 +318,15 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
             result = run_isolated(file=args.script, argv=args.args, sample_interval=interval, **kw)
     except IsolationError as exc:
         flag = "--" + exc.argument.replace("_", "-") if getattr(exc, "argument", None) else None
-        print(f"labutils diagnose: {exc.for_option(flag) if flag else exc}", file=sys.stderr)
-        return 2
+        return _fail(exc.for_option(flag) if flag else exc)
     except KeyboardInterrupt:
-        print("labutils diagnose: interrupted; the run was stopped", file=sys.stderr)
-        return 130
+        return _fail("interrupted; the run was stopped", 130)
     if result.outcome == "unsupported":
-        print(f"labutils diagnose: the run could not start: {result.reason}", file=sys.stderr)
         if args.json:
-            print(json.dumps({"cause": "unsupported", "summary": result.reason, "evidence": [],
-                              "fixes": [], "outcome": result.outcome, "exit": result.exit_text,
-                              "workers": [], "memory_limit": getattr(result, "memory_limit", None)}))
-        return 2
+            print(json.dumps({"cause": "unsupported", "summary": result.reason, "evidence": [], "fixes": [],
+                              "outcome": result.outcome, "exit": result.exit_text, "workers": [],
+                              "memory_limit": result.memory_limit}))
+        return _fail(f"the run could not start: {result.reason}")
     _report(json.dumps(report_dict(result, args.script, args.args), default=repr) if args.json
             else _report_text(result, args.script, args.quiet))
     return 0 if result.diagnosis.cause == "ok" else 1
