@@ -230,17 +230,21 @@ def _stderr_findings(facts: _Facts) -> list:
 
 
 # =========================================================================== worker statuses and memory
+def _watchdog_mib(kill: dict) -> str:
+    return f"{(kill.get('rss') or 0) / 2**20:.0f} MiB RSS (budget {(kill.get('budget') or 0) / 2**20:.0f} MiB)"
+
+
 def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> Optional[str]:
     """Why we believe a SIGKILL of ``pid`` was for memory, or None when nothing says so."""
     for k in facts.watchdog_kills:
         if (main and k.get("main")) or (not main and k.get("pid") == pid):
-            return (f"the lab's memory watchdog SIGKILLed it at {(k.get('rss') or 0) / 2**20:.0f} MiB RSS "
-                    f"(budget {(k.get('budget') or 0) / 2**20:.0f} MiB) - its stand-in for the kernel OOM killer")
+            return f"the lab's memory watchdog SIGKILLed it at {_watchdog_mib(k)} - its stand-in for the kernel OOM " \
+                "killer"
     w = next((w for w in facts.workers if w.pid == pid), None)
     if w is not None and w.killed_by_watchdog:
         return "the lab's memory watchdog SIGKILLed it (its stand-in for the kernel OOM killer)"
     ml = facts.memory_limit or {}
-    rec = ml.get("kernel_record") if isinstance(ml, dict) else None
+    rec = ml.get("kernel_record")
     if w is not None and w.killed_by_kernel_oom and not rec:
         return "the kernel's OOM killer killed it (the run's cgroup recorded the kill)"
     if isinstance(rec, dict) and (rec.get("oom_kill") or 0) > 0:
@@ -251,7 +255,7 @@ def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> O
                    "readable to name the pid")
             return (f"the kernel's OOM killer: the run's memory cgroup records oom_kill {rec.get('oom_kill')} "
                     f"({how}; limit {(ml.get('limit') or 0) / 2**20:.0f} MiB)")
-    limit = ml.get("limit") if isinstance(ml, dict) else None
+    limit = ml.get("limit")
     if limit and w is not None and w.peak_rss and w.peak_rss >= 0.8 * limit:
         return (f"its memory climbed to {w.peak_rss / 2**20:.0f} MiB RSS, near the run's limit of "
                 f"{limit / 2**20:.0f} MiB")
@@ -273,8 +277,7 @@ def kernel_killed(facts: _Facts) -> tuple:
     a worker that the loader stopped a moment later (exit -15, or 0). The guess is kept only for pids that
     died by SIGKILL; when it names none of them, the run's SIGKILLed workers are the ones, if there are no
     more of them than the counter's kills."""
-    ml = facts.memory_limit if isinstance(facts.memory_limit, dict) else {}
-    rec = ml.get("kernel_record") if isinstance(ml.get("kernel_record"), dict) else {}
+    rec = (facts.memory_limit or {}).get("kernel_record") or {}
     pids = list(rec.get("killed_pids") or [])
     if not rec:  # no record of the kernel's own: the runner's flag per process is all there is
         return {w.pid for w in facts.workers if w.killed_by_kernel_oom}, False
@@ -373,13 +376,9 @@ def _worker_findings(facts: _Facts) -> list:
                                   "(no signal: the worker's own exit)", "high" if w.role == "dataloader_worker"
                                   else "medium", detail=f"code {w.exitcode}"))
     worker_pids = {w.pid for w in facts.workers}
-    for k in facts.watchdog_kills:
-        if k.get("main"):
-            continue
-        if k.get("pid") not in worker_pids:
-            found.append(_Finding("oom_killed", f"pid {k.get('pid')} SIGKILLed by the lab's memory watchdog at "
-                                  f"{(k.get('rss') or 0) / 2**20:.0f} MiB RSS (budget "
-                                  f"{(k.get('budget') or 0) / 2**20:.0f} MiB)", "high"))
+    found += [_Finding("oom_killed", f"pid {k.get('pid')} SIGKILLed by the lab's memory watchdog at "
+                       f"{_watchdog_mib(k)}", "high")
+              for k in facts.watchdog_kills if not k.get("main") and k.get("pid") not in worker_pids]
     return found
 
 
