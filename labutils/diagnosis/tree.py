@@ -79,13 +79,6 @@ def printed_blocks(stderr: str) -> list:
             if start and (m := _HEADER.match(lines[start - 1]))]
 
 
-def _remote_text(message: str) -> str:
-    text = (message or "").strip()
-    if text.startswith('"""') and text.endswith('"""'):
-        text = text[3:-3]
-    return text.strip("\n")
-
-
 def build_tree(result, default_method: Optional[str] = None) -> list:
     """The run's processes as :class:`ProcNode`, the main process first."""
     main = ProcNode(None, "main", exitcode=result.returncode)
@@ -133,7 +126,6 @@ def _from_main_chain(result, nodes: list, children: list) -> None:
                 node.exitcode = int(m.group(3))
             continue
         if e.type.endswith("_RemoteTraceback"):
-            text = _remote_text(msg)
             if len(children) == 1:
                 node = next(n for n in nodes if n.pid == children[0].pid)
             else:
@@ -141,7 +133,7 @@ def _from_main_chain(result, nodes: list, children: list) -> None:
                                 candidates=tuple(w.pid for w in children))
                 nodes.append(node)
             if not node.chain:
-                node.chain, node.via = last_chain(text), "_RemoteTraceback"
+                node.chain, node.via = last_chain(msg), "_RemoteTraceback"  # its text, between quotes
 
 
 def _child_node(nodes: list, spawned: list, index: int) -> ProcNode:
