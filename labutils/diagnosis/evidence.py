@@ -129,9 +129,11 @@ class _Facts:
     end_t: Optional[float] = None  # the last time.time() the run's record holds (its end, near enough)
 
 
-def _exit_words(code: int) -> str:
+def _exit_words(code: Optional[int], signal: Optional[str] = None) -> str:
     """A process's exit status as the evidence words it: ``killed by SIGKILL``, ``exit code 1``."""
-    return f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
+    if signal or (code is not None and code < 0):
+        return f"killed by {signal or signal_name(-code)}"
+    return f"exit code {code}"
 
 
 def _at(frame: tuple) -> str:

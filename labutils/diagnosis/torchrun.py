@@ -119,10 +119,8 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
     root = chosen["failure"]
     rank, code = root["rank"], root["exitcode"]
     cause, mine, conf, sub = chosen["cause"], chosen["mine"], chosen["conf"], chosen["sub"]
-    where = f"rank {rank} (local rank {root['local_rank']}, pid {root['pid']})"
-    how = f"killed by {root['signal']}" if root["signal"] else _exit_words(code) if isinstance(code, int) else \
-        f"exit code {code}"
-    head = f"torchrun: {where} failed first ({how})"
+    head = f"torchrun: rank {rank} (local rank {root['local_rank']}, pid {root['pid']}) failed first " \
+           f"({_exit_words(code, root['signal'])})"
     if cause in CATALOGUE and cause != "ok":
         summary = f"{head}: {_summary(cause, sub, mine, chosen['recovered'])}"
     else:
@@ -145,11 +143,11 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
         f = v["failure"]
         if f is root:
             continue
-        state = f"killed by {f['signal']}" if f["signal"] else f"exit code {f['exitcode']}"
+        state = _exit_words(f["exitcode"], f["signal"])
         note = " (torchrun stopped it after the first failure)" if f["signal"] == "SIGTERM" else \
             (" (an echo: its collective lost a peer)" if v["echo"] else f" ({v['cause']})")
         evidence.append(f"rank {f['rank']} (local rank {f['local_rank']}, pid {f['pid']}): {state}{note}")
-    evidence.append("launcher (torchrun): " + (f"exit code {facts.returncode}" if facts.returncode is not None
+    evidence.append("launcher (torchrun): " + (_exit_words(facts.returncode) if facts.returncode is not None
                                                 else "no exit code recorded"))
     evidence += probe_lines(facts)
     launch = {"launcher": "torchrun", "rank": rank, "local_rank": root["local_rank"], "exitcode": code,
