@@ -66,15 +66,10 @@ class Cause:
         return (self.variants.get(variant) or {}).get("short") or self.short
 
     def fix_list(self, variant: Optional[str] = None) -> list:
-        fixes = self.fixes
-        if variant and variant in self.variants and "fixes" in self.variants[variant]:
-            fixes = self.variants[variant]["fixes"]
-        return [Fix(text, NOTEBOOKS[nb]) for text, nb in fixes]
+        return [Fix(text, NOTEBOOKS[nb]) for text, nb in self.variants.get(variant, {}).get("fixes", self.fixes)]
 
     def summary_for(self, variant: Optional[str] = None) -> str:
-        if variant and variant in self.variants and "summary" in self.variants[variant]:
-            return self.variants[variant]["summary"]
-        return self.summary
+        return self.variants.get(variant, {}).get("summary", self.summary)
 
 
 #: who else sends SIGKILL, besides the kernel's OOM killer

@@ -199,10 +199,6 @@ class _Search:
         self.result.checks += 1
         return _pickle_check(obj, self.table, self.watch_main)
 
-    @property
-    def stopped(self) -> bool:
-        return self.result.truncated
-
     def report(self, path: str, obj: Any, reason: str, main: bool = False) -> None:
         self.found += 1
         if len(self.result) < self.max_items:
@@ -212,7 +208,7 @@ class _Search:
 
     def visit(self, obj: Any, path: str, depth: int = 0, verdict: Optional[_Verdict] = None) -> bool:
         """Return True when ``obj`` fails (its blockers are then reported, here or below)."""
-        if isinstance(obj, _ATOMIC) or self.stopped:
+        if isinstance(obj, _ATOMIC) or self.result.truncated:
             return False
         oid = id(obj)
         if oid in self.bad:
@@ -222,7 +218,7 @@ class _Search:
         if verdict is None:
             verdict = self.check(obj)
             if verdict is None:
-                if not self.stopped:
+                if not self.result.truncated:
                     self.good.add(oid)
                     self.keep.append(obj)
                 return False
@@ -245,7 +241,7 @@ class _Search:
                 self.descend(obj, path, depth)
             except Exception:  # noqa: BLE001 - a failing __reduce__ makes obj itself the leaf
                 pass
-        if self.found == before and not self.stopped:
+        if self.found == before and not self.result.truncated:
             self.report(path, obj, _error_text(verdict))
         return True
 
@@ -349,7 +345,7 @@ class _Search:
 
     def _scan_range(self, items: list, lo: int, hi: int, path_of: Callable[[int], str], depth: int,
                     known_bad: bool) -> None:
-        if self.stopped:
+        if self.result.truncated:
             return
         if hi - lo <= _LEAF_RUN:
             for i in range(lo, hi):

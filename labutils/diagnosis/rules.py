@@ -181,11 +181,8 @@ _INTACT = (("missing_main_guard", vocab.GUARD), ("main_not_importable", vocab.MA
 
 def _intact(stderr: str) -> Optional[tuple]:
     """``(cause, text)`` for the first of :data:`_INTACT` whose message is in ``stderr``, else None."""
-    for cause, regex in _INTACT:
-        m = regex.search(stderr)
-        if m:
-            return cause, " ".join(m.group(0).split())
-    return None
+    return next(((cause, " ".join(m.group(0).split())) for cause, regex in _INTACT if (m := regex.search(stderr))),
+                None)
 
 
 def _stderr_findings(facts: _Facts) -> list:
