@@ -162,13 +162,9 @@ def stopped_inside(text: str, stop: tuple, conf: str, pid: Optional[int]) -> _Fi
 
 
 def _cause_for_signal(sig: Optional[int]) -> str:
-    if sig == 9:
-        return "oom_killed"
-    if sig == 7:
-        return "shm_exhausted"
-    if sig in vocab.NATIVE_SIGNALS:
-        return "native_crash"
-    return "worker_exit"
+    """SIGKILL: the OOM killer's signal; SIGBUS: a full /dev/shm's; a crash's; else the worker's own end."""
+    return {9: "oom_killed", 7: "shm_exhausted"}.get(sig) or ("native_crash" if sig in vocab.NATIVE_SIGNALS
+                                                              else "worker_exit")
 
 
 #: messages that only Python or multiprocessing raise, in a process of a run: where two processes print

@@ -72,25 +72,22 @@ def _method_of(name: str, text: str, default: Optional[str] = None) -> Optional[
     return default
 
 
-def printed_blocks(stderr: str) -> list:
-    """``(name, chain)`` of each ``Process NAME:`` block multiprocessing printed in stderr."""
-    lines = stderr.split("\n")
-    return [(m.group(1), chain) for start, chain in printed_chains(stderr, headless=False)
-            if start and (m := _HEADER.match(lines[start - 1]))]
-
-
 def build_tree(result, default_method: Optional[str] = None) -> list:
     """The run's processes as :class:`ProcNode`, the main process first."""
-    main = ProcNode(None, "main", exitcode=result.returncode)
-    nodes = [main]
-    children = [w for w in (result.workers or []) if w.role != "dataloader_worker"]
+    nodes = [ProcNode(None, "main", exitcode=result.returncode)]
+    children = [w for w in result.workers if w.role != "dataloader_worker"]
     by_name: dict = {}
-    for w in result.workers or []:
+    for w in result.workers:
         role = "worker" if w.role == "dataloader_worker" else "child"
         node = ProcNode(w.pid, role, None, w.name or "", _method_of(w.name or "", "", default_method), w.exitcode)
         nodes.append(node)
         by_name.setdefault(node.name, node)
-    for name, chain in printed_blocks(plain_text(result.stderr)):
+    stderr = plain_text(result.stderr)
+    lines = stderr.split("\n")
+    for start, chain in printed_chains(stderr, headless=False):  # the "Process NAME:" blocks multiprocessing printed
+        if not start or not (m := _HEADER.match(lines[start - 1])):
+            continue
+        name = m.group(1)
         node = by_name.get(name)
         if node is None:  # a process the runner did not record (a child of a child): known by name only
             node = ProcNode(None, "child", None, name)
@@ -108,7 +105,7 @@ def build_tree(result, default_method: Optional[str] = None) -> list:
 def _from_main_chain(result, nodes: list, children: list) -> None:
     """Children's errors the main process re-raised (torch.multiprocessing.spawn, concurrent.futures)."""
     spawned = [w for w in children if (w.name or "").startswith("SpawnProcess")] or children
-    for e in result.exceptions or []:
+    for e in result.exceptions:
         msg = plain_text(e.message)
         m = _SPAWN_ERR.search(msg)
         if m:
