@@ -64,11 +64,8 @@ def explain(obj) -> Diagnosis:
     others = others + [_Finding(v["cause"], f"{_describe_node(v['node'])}: {v['summary']}", "medium")
                        for v in verdicts]
     evidence = [f.text for f in mine]
-    for f in others:
-        if f.text in evidence:
-            continue
-        label = "echo of the failure above" if f.echo else "also seen"
-        evidence.append(f"{label}: {f.text}")
+    evidence += [f"{'echo of the failure above' if f.echo else 'also seen'}: {f.text}" for f in others
+                 if f.text not in evidence]
     if facts.batches is not None and cause not in ("ok", "outside_loader"):
         evidence.append(f"the DataLoader delivered {_batches(facts.batches)} before it stopped")
     evidence.extend(_status_lines(facts))

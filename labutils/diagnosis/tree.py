@@ -165,25 +165,16 @@ def _run_method(facts: _Facts) -> Optional[str]:
     """The default start method of the run's processes: set for the run, the lab's default, else the
     platform's."""
     opts = facts.options or {}
-    method = opts.get("start_method") or opts.get("lab_default_start_method")
-    if not method:
-        method = (facts.env or {}).get("LABUTILS_START_METHOD") or startmethod.current()
-    return method
+    return (opts.get("start_method") or opts.get("lab_default_start_method")
+            or (facts.env or {}).get("LABUTILS_START_METHOD") or startmethod.current())
 
 _CARRIERS = ("ProcessRaisedException", "_RemoteTraceback")
 
 
 def _child_verdicts(facts: _Facts, tree: list) -> list:
     """The verdict of every child process whose own error names a DataLoader failure."""
-    out = []
-    for node in tree:
-        if node.role != "child" or not node.chain:
-            continue
-        v = _process_verdict(facts, node, tree)
-        if v["cause"] in LOADER_CAUSES:
-            out.append(v)
-    out.sort(key=lambda v: v["node"].via not in _CARRIERS)
-    return out
+    verdicts = [_process_verdict(facts, node, tree) for node in tree if node.role == "child" and node.chain]
+    return sorted((v for v in verdicts if v["cause"] in LOADER_CAUSES), key=lambda v: v["node"].via not in _CARRIERS)
 
 
 def _process_verdict(facts: _Facts, node, tree: list) -> dict:
@@ -204,11 +195,7 @@ def _process_verdict(facts: _Facts, node, tree: list) -> dict:
 def _child_decides(facts: _Facts, verdict: dict, main_cause: str) -> bool:
     """A child's loader failure is the run's cause when the main process carried it (re-raised its
     traceback), or when the main process itself left no error of its own (an exit code, or 0)."""
-    if verdict["node"].via in _CARRIERS:
-        return True
-    if main_cause in ("ok", UNKNOWN):
-        return True
-    return not facts.ended and not facts.loader_errors
+    return verdict["node"].via in _CARRIERS or main_cause in ("ok", UNKNOWN) or not (facts.ended or facts.loader_errors)
 
 
 def _describe_node(node) -> str:
