@@ -190,8 +190,7 @@ def quoted(e: _Exc) -> Optional[_Exc]:
     for regex in (vocab.KILLED, vocab.EXIT_CODE, vocab.DIED):
         m = regex.search(msg)
         if m:
-            end = msg.find("\n", m.start())
-            return _Exc("RuntimeError", msg[m.start(): end if end >= 0 else None].strip(), "", None, "quoted")
+            return _Exc("RuntimeError", msg[m.start():].split("\n", 1)[0].strip(), "", None, "quoted")
     i = msg.find("Caught ")
     if i >= 0 and vocab.WRAPPER.match(msg[i:]):
         return _Exc("RuntimeError", msg[i:], "", None, "quoted")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable, Optional
+from typing import Optional
 
 from ..runner.result import signal_name
 from . import messages as vocab
@@ -401,11 +401,8 @@ def _stall_findings(facts: _Facts) -> list:
     elif facts.outcome == "timed_out":
         found.append(_Finding("hang", f"no result before the run's time limit: {facts.reason or 'timed out'}",
                               "low"))
-    if facts.outcome == "timed_out" or facts.stall:
-        where = _stuck_where(facts.stderr)
-        if where:
-            found.append(_Finding("hang", where, "medium"))
-    return found
+    where = _stuck_where(facts.stderr)  # a stall or a time limit: the stacks dumped before the stop
+    return found + ([_Finding("hang", where, "medium")] if where else [])
 
 
 def _stuck_where(stderr: str) -> str:
@@ -477,18 +474,14 @@ def _record_texts(facts: _Facts, tree: list) -> list:
         if who != "other" and last:
             kind, _, rest = last.partition(": ")
             excs.append(_Exc(kind.rsplit(".", 1)[-1], rest or last, "", None, "ended"))
-    out, seen = [], set()
+    out: dict = {}
     for e in excs:
         causes = _text_causes(e)
-        text = _short(f"{e.type}: {e.head}", 160)
-        if causes is not None and text not in seen:
-            seen.add(text)
-            out.append((text, causes))
-    return out
+        if causes is not None:
+            out.setdefault(_short(f"{e.type}: {e.head}", 160), causes)
+    return list(out.items())
 
 
-def _unexplained(cause: str, facts: _Facts, tree: list, survived: Iterable = ()) -> list:
-    """Texts of :func:`_record_texts` that ``cause`` does not account for (``survived``: the texts of
-    errors the script caught and went on from, listed as such, not unexplained)."""
-    skip = set(survived)
-    return [t for t, causes in _record_texts(facts, tree) if cause not in causes and t not in skip]
+def _unexplained(cause: str, facts: _Facts, tree: list) -> list:
+    """Texts of :func:`_record_texts` that ``cause`` does not account for."""
+    return [t for t, causes in _record_texts(facts, tree) if cause not in causes]
