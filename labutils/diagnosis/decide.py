@@ -27,9 +27,7 @@ from .rules import (
 def _single_process(facts: _Facts) -> bool:
     """True when the DataLoader ran without workers (or we cannot tell and no worker was seen)."""
     counts = [it.get("num_workers") for it in facts.iters if it.get("num_workers") is not None]
-    if counts:
-        return all(n == 0 for n in counts)
-    return not facts.workers
+    return all(n == 0 for n in counts) if counts else not facts.workers
 
 
 def _pick(findings: list, facts: _Facts) -> tuple:
