@@ -66,10 +66,15 @@ class Cause:
         return (self.variants.get(variant) or {}).get("short") or self.short
 
     def fix_list(self, variant: Optional[str] = None) -> list:
-        return [Fix(text, NOTEBOOKS[nb]) for text, nb in self.variants.get(variant, {}).get("fixes", self.fixes)]
+        fixes = self.fixes
+        if variant and variant in self.variants and "fixes" in self.variants[variant]:
+            fixes = self.variants[variant]["fixes"]
+        return [Fix(text, NOTEBOOKS[nb]) for text, nb in fixes]
 
     def summary_for(self, variant: Optional[str] = None) -> str:
-        return self.variants.get(variant, {}).get("summary", self.summary)
+        if variant and variant in self.variants and "summary" in self.variants[variant]:
+            return self.variants[variant]["summary"]
+        return self.summary
 
 
 #: who else sends SIGKILL, besides the kernel's OOM killer
@@ -86,9 +91,11 @@ _ENTRIES = [
             ("Read the inner exception after 'Original Traceback' (it names the file and line in your "
              "Dataset or collate_fn); rerun with num_workers=0 to debug it in-process", "01"),
             ("If some samples are bad, skip and record them (labutils.kit.fixes.QuarantineDataset + "
-             "collate_skip) instead of returning zeros or letting one file stop the epoch", "03")),
+             "collate_skip) instead of returning zeros or letting one file stop the epoch", "03"),
+        ),
         messages=("Caught ValueError in DataLoader worker process 0.",),
-        short="Read the inner traceback after 'Original Traceback'; rerun with `num_workers=0`"),
+        short="Read the inner traceback after 'Original Traceback'; rerun with `num_workers=0`",
+    ),
     Cause(
         "unpicklable_dataset",
         "dataset / collate_fn / worker_init_fn cannot be pickled for spawn or forkserver",
@@ -101,10 +108,12 @@ _ENTRIES = [
              "PerWorkerResource), not in __init__; keep collate_fn/worker_init_fn module-level functions, "
              "not lambdas or local functions", "02"),
             ("On Linux, multiprocessing_context='fork' avoids pickling (fork is unsafe with threads and "
-             "CUDA)", "02")),
+             "CUDA)", "02"),
+        ),
         messages=("TypeError: cannot pickle '_io.TextIOWrapper' object",
                   "UserWarning: Got pickle error when attempting to start a worker Process"),
-        short="Open files, connections and locks in each worker, not in `__init__`; no lambdas"),
+        short="Open files, connections and locks in each worker, not in `__init__`; no lambdas",
+    ),
     Cause(
         "main_not_importable",
         "spawn/forkserver child cannot find a class defined in `__main__` (notebook, stdin, `-c`)",
@@ -115,21 +124,25 @@ _ENTRIES = [
              "spawn/forkserver workers import classes by name and a notebook's __main__ has no file", "08"),
             ("Run the training code as a script file (python train.py), not pasted into python -c or "
              "stdin", "08"),
-            ("On Linux, multiprocessing_context='fork' needs no import of __main__", "08")),
+            ("On Linux, multiprocessing_context='fork' needs no import of __main__", "08"),
+        ),
         messages=("AttributeError: Can't get attribute 'MyDataset' on <module '__main__' (built-in)>",),
-        short="Move the Dataset class into a .py module and import it"),
+        short="Move the Dataset class into a .py module and import it",
+    ),
     Cause(
         "missing_main_guard",
         "spawn/forkserver re-imports a script without `if __name__ == \"__main__\":`",
         "the script has no `if __name__ == \"__main__\":` guard: a process that imports it to start workers "
         "(each spawn worker; the fork server, which preloads it on Python 3.14) re-ran its top level and "
         "tried to start workers of its own", "08_main_module_and_guard",
-        fixes=(("Put the code that builds and iterates the DataLoader under `if __name__ == \"__main__\":` - "
-                "spawn workers and the fork server import your script and must not start workers themselves",
-                "08"),),
+        fixes=(
+            ("Put the code that builds and iterates the DataLoader under `if __name__ == \"__main__\":` - "
+             "spawn workers and the fork server import your script and must not start workers themselves", "08"),
+        ),
         messages=("An attempt has been made to start a new process before the current process has "
                   "finished its bootstrapping phase.",),
-        short="Put the loader code under `if __name__ == \"__main__\":`"),
+        short="Put the loader code under `if __name__ == \"__main__\":`",
+    ),
     Cause(
         "native_crash",
         "worker killed by SIGSEGV / SIGFPE / SIGABRT / SIGILL",
@@ -141,7 +154,8 @@ _ENTRIES = [
              "labutils.kit.fixes.make_worker_init)", "03"),
             ("Find and quarantine the file that crashes the decoder; validate data up front; update the "
              "native library", "03"),
-            ("Rerun with num_workers=0 to get the crash in the main process under a debugger", "01")),
+            ("Rerun with num_workers=0 to get the crash in the main process under a debugger", "01"),
+        ),
         messages=("DataLoader worker (pid 4242) is killed by signal: Segmentation fault.",
                   ("Segmentation fault (core dumped) (the shell's line: the main process itself died, "
                    "num_workers=0)", "main_process")),
@@ -154,7 +168,9 @@ _ENTRIES = [
                 ("Run Python with -X faulthandler (or faulthandler.enable()) to get the Python stack of the "
                  "crash: it names the line of __getitem__ or collate_fn", "03"),
                 ("Find and quarantine the file that crashes the decoder; validate data up front; update "
-                 "the native library", "03"))}}),
+                 "the native library", "03"),
+            )}},
+    ),
     Cause(
         "oom_killed",
         "worker killed by SIGKILL (the OOM killer's signal)",
@@ -164,7 +180,8 @@ _ENTRIES = [
              "no caches that grow per sample", "04"),
             ("Avoid copy-on-read: keep sample lists/metadata in numpy arrays or one byte buffer instead of "
              "Python lists/dicts, and measure worker USS/PSS (not RSS)", "04"),
-            ("Check the container or cgroup memory limit (dmesg shows the kernel OOM killer's log)", "04")),
+            ("Check the container or cgroup memory limit (dmesg shows the kernel OOM killer's log)", "04"),
+        ),
         messages=("DataLoader worker (pid 4242) is killed by signal: Killed.",),
         short="Check `dmesg` or the cgroup for an OOM kill; then fewer workers, no caches",
         variants={"no_memory_evidence": {
@@ -178,7 +195,9 @@ _ENTRIES = [
                 ("If it was memory: fewer workers, smaller batches or prefetch_factor, no per-sample "
                  "caches, numpy buffers instead of Python lists (copy-on-read)", "04"),
                 ("If it was not: find who sent the signal (a kill -9, a preemption, timeout -s KILL) - "
-                 "the loader did nothing wrong", "01"))}}),
+                 "the loader did nothing wrong", "01"),
+            )}},
+    ),
     Cause(
         "shm_exhausted",
         "/dev/shm full: \"No space left on device\" on a torch shm file, or SIGBUS",
@@ -188,7 +207,8 @@ _ENTRIES = [
             ("Give /dev/shm more room (docker run --shm-size=2g or --ipc=host; Kubernetes: an emptyDir "
              "with medium: Memory on /dev/shm)", "05"),
             ("Keep batch bytes x prefetch_factor x num_workers under the free /dev/shm (df -h /dev/shm; "
-             "the lab's `python -m labutils doctor` shows the budget)", "05")),
+             "the lab's `python -m labutils doctor` shows the budget)", "05"),
+        ),
         messages=("RuntimeError: unable to allocate shared memory(shm) for file </torch_...>: No space "
                   "left on device (28)",
                   "DataLoader worker (pid 4242) is killed by signal: Bus error.",
@@ -213,7 +233,9 @@ _ENTRIES = [
                  "where RemoveIPC applies)", "05"),
                 ("Clean /dev/shm only of files whose creator is gone, never while jobs run", "05"),
                 ("The default file_descriptor strategy unlinks a batch's file at once, so a deletion cannot hit "
-                 "it; file_system keeps every batch by name in /dev/shm", "06"))}}),
+                 "it; file_system keeps every batch by name in /dev/shm", "06"),
+            )}},
+    ),
     Cause(
         "fd_limit",
         "too many open files / \"received 0 items of ancdata\"",
@@ -224,7 +246,8 @@ _ENTRIES = [
             ("torch.multiprocessing.set_sharing_strategy('file_system') needs one fd per batch in flight, "
              "not one per tensor kept alive", "06"),
             ("Do not keep every batch alive: store what you need (.item(), .clone() of small tensors, "
-             "numpy copies) and let the batches go", "06")),
+             "numpy copies) and let the batches go", "06"),
+        ),
         messages=("RuntimeError: received 0 items of ancdata",
                   "RuntimeError: Too many open files. Communication with the workers is no longer possible.",
                   ("OSError: [Errno 24] Too many open files: '/data/img_0001.jpg' (raised in your own open() in "
@@ -240,7 +263,9 @@ _ENTRIES = [
                 ("Keep one handle per worker instead of one per sample, opened lazily in the worker (the lab's "
                  "helpers: labutils.kit.fixes.LazyFile / PerWorkerResource)", "02"),
                 ("Count the descriptors while it runs (ls /proc/<worker pid>/fd | wc -l): a number that "
-                 "grows with every sample is the leak", "06"))}}),
+                 "grows with every sample is the leak", "06"),
+            )}},
+    ),
     Cause(
         "fork_refused",
         "the kernel refused a new worker process (or thread): a process-count limit (RLIMIT_NPROC, a pids "
@@ -255,7 +280,8 @@ _ENTRIES = [
             ("Raise the limit where it is set: `ulimit -u` (RLIMIT_NPROC, per user: all your processes count), "
              "docker run --pids-limit, Kubernetes podPidsLimit, systemd TasksMax", "06"),
             ("[Errno 12] Cannot allocate memory at fork: the parent is too big to fork under strict "
-             "overcommit; start workers before loading big data, or use spawn/forkserver", "04")),
+             "overcommit; start workers before loading big data, or use spawn/forkserver", "04"),
+        ),
         messages=("BlockingIOError: [Errno 11] Resource temporarily unavailable (at worker start: os.fork)",
                   "OSError: [Errno 12] Cannot allocate memory (at worker start: os.fork)",
                   ("RuntimeError: can't start new thread (a worker's queue feeder, the pin-memory thread, a "
@@ -266,7 +292,8 @@ _ENTRIES = [
                        "process's queue feeder, or a thread the Dataset starts): the job reached its limit on tasks, "
                        "which counts threads as well as processes "
                        "(RLIMIT_NPROC / `ulimit -u`, a container's pids limit)",
-        }}),
+        }},
+    ),
     Cause(
         "worker_exit",
         "worker ended early without a traceback: an exit code, an exit(0), or a SIGTERM from outside",
@@ -276,7 +303,8 @@ _ENTRIES = [
             ("Something in the worker called sys.exit()/os._exit() or a library exited: rerun with "
              "num_workers=0 to see it in-process, and read the worker stderr", "01"),
             ("Enable faulthandler in workers (faulthandler.enable() in worker_init_fn; the lab's helper: "
-             "labutils.kit.fixes.make_worker_init) to see the last stack", "07")),
+             "labutils.kit.fixes.make_worker_init) to see the last stack", "07"),
+        ),
         messages=("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.",),
         short="Find what exited the worker: rerun with `num_workers=0`, read the worker's stderr",
         variants={"sigterm": {
@@ -286,7 +314,9 @@ _ENTRIES = [
                 ("Find who sent SIGTERM: a scheduler at its time limit (SLURM: sacct -j JOB, --signal to "
                  "get a warning first), torchrun stopping the other ranks after one failed (read the first "
                  "failing rank's log), a Kubernetes eviction (kubectl describe pod), a person's `kill`", "01"),
-                ("Make the job resumable: checkpoint often and handle SIGTERM by saving and exiting", "10b"))}}),
+                ("Make the job resumable: checkpoint often and handle SIGTERM by saving and exiting", "10b"),
+            )}},
+    ),
     Cause(
         "timeout",
         "\"DataLoader timed out after N seconds\"",
@@ -297,9 +327,11 @@ _ENTRIES = [
              "make_worker_init(dump_after=...)) to see where they wait (lock, network, a deadlock after "
              "fork)", "07"),
             ("Raise DataLoader(timeout=...) only if loading is legitimately slow; otherwise fix the stuck "
-             "call (locks or threads created before fork, e.g. OpenCV/OpenMP)", "07")),
+             "call (locks or threads created before fork, e.g. OpenCV/OpenMP)", "07"),
+        ),
         messages=("RuntimeError: DataLoader timed out after 5 seconds",),
-        short="Dump the workers' stacks (`py-spy dump PID`) to see what they wait on"),
+        short="Dump the workers' stacks (`py-spy dump PID`) to see what they wait on",
+    ),
     Cause(
         "hang",
         "no progress until the run's own time limit; the runner killed it",
@@ -308,9 +340,11 @@ _ENTRIES = [
             ("Set DataLoader(timeout=...) so a stuck worker raises instead of hanging forever", "07"),
             ("Dump the stacks of the stuck processes (faulthandler, py-spy dump) to see what they wait on",
              "07"),
-            ("Bound the job with a watchdog / retry (the lab's helper: labutils.kit.fixes.ResilientLoader)", "10b")),
+            ("Bound the job with a watchdog / retry (the lab's helper: labutils.kit.fixes.ResilientLoader)", "10b"),
+        ),
         messages=("(no message: the loop stops)",),
-        short="Set `DataLoader(timeout=...)`; dump the stuck stacks with `py-spy dump`"),
+        short="Set `DataLoader(timeout=...)`; dump the stuck stacks with `py-spy dump`",
+    ),
     Cause(
         "cuda_in_worker",
         "CUDA touched in a forked worker, or on a build without CUDA",
@@ -323,10 +357,12 @@ _ENTRIES = [
             ("If workers must touch CUDA, use multiprocessing_context='spawn' (CUDA cannot be used in a "
              "forked child)", "02"),
             ("On a GPU machine: the parent's CUDA before fork, CUDA tensors from workers, the pin-memory "
-             "thread; pin_memory=torch.cuda.is_available() on a machine without one", "11")),
+             "thread; pin_memory=torch.cuda.is_available() on a machine without one", "11"),
+        ),
         messages=("RuntimeError: Cannot re-initialize CUDA in forked subprocess.",
                   "AssertionError: Torch not compiled with CUDA enabled"),
-        short="Return CPU tensors from workers; move each batch to the GPU in the loop"),
+        short="Return CPU tensors from workers; move each batch to the GPU in the loop",
+    ),
     Cause(
         "outside_loader",
         "the script failed, but not in data loading (the model, the loss, torch.save/load, the user's own "
@@ -338,9 +374,11 @@ _ENTRIES = [
              "torch.utils.data", "01"),
             ("torch.save pickles what it is given: save model.state_dict(), not objects holding lambdas, "
              "locks or open files; torch.load of a whole pickled model needs its class importable under "
-             "the same module name (define Net in a module, not in __main__)", "02")),
+             "the same module name (define Net in a module, not in __main__)", "02"),
+        ),
         messages=("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x8 and 4x2)",),
-        short="Read the traceback's last frames: your model or loop, not the loader"),
+        short="Read the traceback's last frames: your model or loop, not the loader",
+    ),
 ]
 
 CATALOGUE: dict = {c.id: c for c in _ENTRIES}

@@ -27,10 +27,12 @@ from .rules import (
 def _single_process(facts: _Facts) -> bool:
     """True when the DataLoader ran without workers (or we cannot tell and no worker was seen)."""
     counts = [it.get("num_workers") for it in facts.iters if it.get("num_workers") is not None]
-    return all(n == 0 for n in counts) if counts else not facts.workers
+    if counts:
+        return all(n == 0 for n in counts)
+    return not facts.workers
 
 
-def _pick(findings: list, facts: _Facts) -> tuple:
+def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
     """(cause, its findings, confidence, the other findings) by precedence; echoes decide only when nothing else
     does."""
     real = [f for f in findings if not f.echo and not f.cause.startswith("_")]
@@ -50,14 +52,14 @@ def _pick(findings: list, facts: _Facts) -> tuple:
                 conf = "high"  # two independent pieces of evidence for the same cause (not one exit code twice)
             if cause == "oom_killed":
                 conf = "high" if any(f.conf == "high" for f in mine) else "low"
-                if conf == "low":
+                if conf == "low" and facts is not None:
                     for f in mine:
                         why = _memory_evidence(facts, f.pid) if f.pid else None
                         if why:
                             mine.insert(0, _Finding("oom_killed", f"pid {f.pid}: {why}", "high", pid=f.pid))
                             conf = "high"
                             break
-            if cause == "hang" and not facts.stall:
+            if cause == "hang" and not (facts is not None and facts.stall):
                 conf = "low" if all(f.conf == "low" for f in mine) else "medium"
             return cause, mine, conf, [f for f in findings if f not in mine]
     echoes = [f for f in findings if f.cause == "_died"]
@@ -205,7 +207,10 @@ def decide_process(facts: _Facts, chain: list, returncode: Optional[int], saw: s
 
 def _decide_ended(facts: _Facts) -> tuple:
     """The script ended with a Python exception: did it come through the loader, and what does it say?"""
-    single, ended, loader_chain = _single_process(facts), facts.ended, None
+    single = _single_process(facts)
+    ended = facts.ended
+    others: list = []
+    loader_chain = None
     # the link of the ending chain that came through the loader, if any (a user's exception raised
     # while handling a loader error has the loader error as its __context__)
     origins = [_through_loader(e) for e in ended]
@@ -214,8 +219,10 @@ def _decide_ended(facts: _Facts) -> tuple:
         loader_chain = match  # the same chain escaped next()/iter(): the loader raised it
         for e in match:
             e.ended_run = True
-    elif any(o is True for o in origins) or all(o is None for o in origins):
-        loader_chain = ended  # through the loader, or no traceback to tell: judge the messages (built by hand)
+    elif any(o is True for o in origins):
+        loader_chain = ended
+    elif all(o is None for o in origins):
+        loader_chain = ended  # no traceback to tell: judge the messages (an exception built by hand)
     if loader_chain is not None and origins[0] is False and match is None:
         # the script's own exception, raised while handling (or from) one that came through the
         # loader: the loader's error is the reason only if it names a loader failure
@@ -226,13 +233,16 @@ def _decide_ended(facts: _Facts) -> tuple:
     if loader_chain is None:
         # the script ended with an exception the loader did not raise: the loader is not to blame,
         # whatever it went through before (errors the script caught and survived are listed)
-        others = [f for c in facts.loader_errors for f in _loader_chain_findings(c, single)]
-        mine = [_outside_finding(ended[0])]
+        for c in facts.loader_errors:
+            others += _loader_chain_findings(c, single)
+        head = ended[0]
+        mine = [_outside_finding(head)]
         if facts.batches:
             mine.append(_Finding("outside_loader", f"the DataLoader had delivered {_batches(facts.batches)} "
                                  "before it", "high"))
         return "outside_loader", mine, "high", others, False
-    findings = _episode(facts, loader_chain) + _main_signal_findings(facts)
+    findings = _episode(facts, loader_chain)
+    findings += _main_signal_findings(facts)
     cause, mine, conf, rest = _pick(findings, facts)
     if cause is None:
         fb = _fallback_single(loader_chain[0], single) if loader_chain else None
@@ -247,8 +257,9 @@ def _decide_ended(facts: _Facts) -> tuple:
                                              f"{_short(ended[0].message)} (raised inside the DataLoader)",
                                              "medium", detail=f"{ended[0].type}: {_short(ended[0].message, 120)}")
                                     ], "medium", findings, False
-    others = [f for c in facts.loader_errors if not _same_chain(c, loader_chain)
-              for f in _loader_chain_findings(c, single) if f.cause != cause]
+    for c in facts.loader_errors:
+        if not _same_chain(c, loader_chain):
+            others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
     return cause, mine, conf, rest + others, False
 
 
@@ -334,8 +345,9 @@ def _cut_short(facts: _Facts) -> Optional[_Finding]:
 def _decide_ended_well(facts: _Facts) -> tuple:
     """The run exited 0: a loader error it caught and went on from, else ok."""
     single = _single_process(facts)
-    if facts.loader_errors:
-        first = facts.loader_errors[0]
+    others: list = []
+    first = facts.loader_errors[0] if facts.loader_errors else None
+    if first is not None:
         findings = _episode(facts, first)
         cause, mine, conf, rest = _pick(findings, facts)
         if cause is None:
@@ -343,8 +355,9 @@ def _decide_ended_well(facts: _Facts) -> tuple:
             if fb is not None:
                 cause, mine, conf, rest = "worker_exception", [fb], fb.conf, findings
         if cause is not None:
-            return cause, mine, conf, rest + [f for c in facts.loader_errors[1:] for f in
-                                              _loader_chain_findings(c, single) if f.cause != cause], True
+            for c in facts.loader_errors[1:]:
+                others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
+            return cause, mine, conf, rest + others, True
     # no loader error: stderr and statuses alone cannot make a healthy run a failure, except warnings
     # from torch.utils.data itself about a failed worker start (the script caught it before iter() returned)
     warned = [f for f in _stderr_findings(facts) if f.cause == "unpicklable_dataset" and "torch.utils.data" in f.text]

@@ -64,8 +64,11 @@ def explain(obj) -> Diagnosis:
     others = others + [_Finding(v["cause"], f"{_describe_node(v['node'])}: {v['summary']}", "medium")
                        for v in verdicts]
     evidence = [f.text for f in mine]
-    evidence += [f"{'echo of the failure above' if f.echo else 'also seen'}: {f.text}" for f in others
-                 if f.text not in evidence]
+    for f in others:
+        if f.text in evidence:
+            continue
+        label = "echo of the failure above" if f.echo else "also seen"
+        evidence.append(f"{label}: {f.text}")
     if facts.batches is not None and cause not in ("ok", "outside_loader"):
         evidence.append(f"the DataLoader delivered {_batches(facts.batches)} before it stopped")
     evidence.extend(_status_lines(facts))
@@ -80,8 +83,12 @@ def explain(obj) -> Diagnosis:
     if cause == "unpicklable_dataset" and facts.live_dataset is not None:
         evidence.extend(_blockers(facts.live_dataset))
 
-    summary = _summary(cause, facts, mine, recovered) if cause != "ok" else \
-        mine[0].text if mine and mine[0].variant == "cut_short" else _ok_summary(facts)
+    if cause == "ok" and mine and mine[0].variant == "cut_short":
+        summary = mine[0].text
+    elif cause == "ok":
+        summary = _ok_summary(facts)
+    else:
+        summary = _summary(cause, facts, mine, recovered)
     loose = _unexplained(cause, facts, tree) if facts.source == "run" else []
     if loose and conf == "high":
         conf = "medium"  # a DataLoader error in the record that this cause does not account for
@@ -200,8 +207,11 @@ def _failing_process(tree: list, mine: list) -> Optional[dict]:
     is), else the main process, where the loader ran."""
     texts = " ".join(f.text for f in mine)
     pids = [f.pid for f in mine if f.pid] + [int(p) for p in re.findall(r"\bpid (\d+)", texts)]
-    node = next((n for n in tree if n.role == "worker" and n.chain and _short(n.chain[-1].head) in texts), None) \
-        or next((n for pid in pids for n in tree if n.pid == pid), tree[0])
+    node = next((n for n in tree if n.role == "worker" and n.chain and _short(n.chain[-1].head) in texts), None)
+    if node is None:
+        node = next((n for pid in pids for n in tree if n.pid == pid), None)
+    if node is None:
+        node = tree[0]
     return dict(node.to_dict(), depth=0 if node.role == "main" else 1,
                 parent=None if node.role == "main" else "main")
 

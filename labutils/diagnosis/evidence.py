@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from traceback import format_exception
 from typing import Any, Optional
 
 from ..runner.result import ProcessInfo, signal_name
@@ -225,8 +224,10 @@ def is_worker_death(exc: BaseException) -> bool:
 
 # =========================================================================== gathering
 def _live_exc(exc: BaseException, link: Optional[str]) -> _Exc:
+    import traceback as tb_mod
+
     try:
-        tb = "".join(format_exception(type(exc), exc, exc.__traceback__, chain=False))
+        tb = "".join(tb_mod.format_exception(type(exc), exc, exc.__traceback__, chain=False))
     except Exception:  # noqa: BLE001 - a broken __str__ must not stop the diagnosis
         tb = ""
     try:
@@ -240,9 +241,9 @@ def _chain_of(exc: BaseException) -> list:
     return [(one, _live_exc(one, link)) for one, link in _chain_links(exc)]
 
 
-#: ANSI colour, style and title codes: Python 3.13+ colours the tracebacks it prints when FORCE_COLOR is set, and
+#: ANSI colour and style codes: Python 3.13+ colours the tracebacks it prints when FORCE_COLOR is set, and
 #: ipykernel sets FORCE_COLOR=1 for everything a notebook kernel starts (a run from a notebook, its workers)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def plain_text(text: Optional[str]) -> str:

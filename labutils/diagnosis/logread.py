@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Union
 
 from . import messages as vocab
-from .evidence import _ANSI, _Facts, printed_chains, quoted, with_quoted, worker_death_kind, workers_named
+from .evidence import _Facts, printed_chains, quoted, with_quoted, worker_death_kind, workers_named
 
 CHUNK = 8 << 20
 BEFORE = 8 << 10  # bytes kept before a hit (the head of a traceback whose last line is the hit)
@@ -40,6 +40,7 @@ MAX_KEPT = 24 << 20  # all excerpts of one stream at most: the oldest of the end
 #: hold the rest (a traceback's frames and message, torchrun's Root Cause block)
 HITS = tuple(re.compile(w) for w in (rb"rror", rb"illed", rb"Traceback", rb"oom_kill", rb"dumped", rb"Aborted",
                                      rb"fault"))
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
 #: a launcher's or wrapper's prefix before each line of a process
 _PREFIX = re.compile(r"^(\[rank\d+\]:|\[default\d+\]:|\[\d+,\d+\]<std(?:err|out)>:|\d+: (?=\S)|"
                      r"rank\d+: |E   (?=\S|\s))")

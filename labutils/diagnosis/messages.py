@@ -76,8 +76,11 @@ LIBRARY_STOPS = ((re.compile(r"Terminating: fork\(\) called from a process alrea
 
 def library_stop(text: str) -> Optional[tuple]:
     """``(the line, the library)`` of a library's own stop of a process in ``text``, else None."""
-    return next(((m.group(0), library) for regex, library in LIBRARY_STOPS if (m := regex.search(text or ""))),
-                None)
+    for regex, library in LIBRARY_STOPS:
+        m = regex.search(text or "")
+        if m:
+            return m.group(0), library
+    return None
 
 
 # --------------------------------------------------------------------------- echoes of a death

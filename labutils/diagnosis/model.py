@@ -119,8 +119,9 @@ GENERIC_DEATH = ("how the worker ended: the generic message carries no exit stat
 def open_question(cause: str, confidence: str) -> tuple:
     """``(what cannot be proved, deciding command)`` for a cause not decided with high confidence, else
     ``("", None)``; the command is the re-run under the lab where no sharper one exists."""
-    return ("", None) if confidence == "high" else OPEN.get(cause, ("the cause: nothing in the record decides it",
-                                                                    SCRIPT))
+    if confidence == "high":
+        return "", None
+    return OPEN.get(cause, ("the cause: nothing in the record decides it", SCRIPT))
 
 
 # =========================================================================== environment probes

@@ -199,6 +199,10 @@ class _Search:
         self.result.checks += 1
         return _pickle_check(obj, self.table, self.watch_main)
 
+    @property
+    def stopped(self) -> bool:
+        return self.result.truncated
+
     def report(self, path: str, obj: Any, reason: str, main: bool = False) -> None:
         self.found += 1
         if len(self.result) < self.max_items:
@@ -208,7 +212,7 @@ class _Search:
 
     def visit(self, obj: Any, path: str, depth: int = 0, verdict: Optional[_Verdict] = None) -> bool:
         """Return True when ``obj`` fails (its blockers are then reported, here or below)."""
-        if isinstance(obj, _ATOMIC) or self.result.truncated:
+        if isinstance(obj, _ATOMIC) or self.stopped:
             return False
         oid = id(obj)
         if oid in self.bad:
@@ -218,7 +222,7 @@ class _Search:
         if verdict is None:
             verdict = self.check(obj)
             if verdict is None:
-                if not self.result.truncated:
+                if not self.stopped:
                     self.good.add(oid)
                     self.keep.append(obj)
                 return False
@@ -241,7 +245,7 @@ class _Search:
                 self.descend(obj, path, depth)
             except Exception:  # noqa: BLE001 - a failing __reduce__ makes obj itself the leaf
                 pass
-        if self.found == before and not self.result.truncated:
+        if self.found == before and not self.stopped:
             self.report(path, obj, _error_text(verdict))
         return True
 
@@ -345,7 +349,7 @@ class _Search:
 
     def _scan_range(self, items: list, lo: int, hi: int, path_of: Callable[[int], str], depth: int,
                     known_bad: bool) -> None:
-        if self.result.truncated:
+        if self.stopped:
             return
         if hi - lo <= _LEAF_RUN:
             for i in range(lo, hi):

@@ -162,9 +162,13 @@ def stopped_inside(text: str, stop: tuple, conf: str, pid: Optional[int]) -> _Fi
 
 
 def _cause_for_signal(sig: Optional[int]) -> str:
-    """SIGKILL: the OOM killer's signal; SIGBUS: a full /dev/shm's; a crash's; else the worker's own end."""
-    return {9: "oom_killed", 7: "shm_exhausted"}.get(sig) or ("native_crash" if sig in vocab.NATIVE_SIGNALS
-                                                              else "worker_exit")
+    if sig == 9:
+        return "oom_killed"
+    if sig == 7:
+        return "shm_exhausted"
+    if sig in vocab.NATIVE_SIGNALS:
+        return "native_crash"
+    return "worker_exit"
 
 
 #: messages that only Python or multiprocessing raise, in a process of a run: where two processes print
@@ -177,8 +181,11 @@ _INTACT = (("missing_main_guard", vocab.GUARD), ("main_not_importable", vocab.MA
 
 def _intact(stderr: str) -> Optional[tuple]:
     """``(cause, text)`` for the first of :data:`_INTACT` whose message is in ``stderr``, else None."""
-    return next(((cause, " ".join(m.group(0).split())) for cause, regex in _INTACT if (m := regex.search(stderr))),
-                None)
+    for cause, regex in _INTACT:
+        m = regex.search(stderr)
+        if m:
+            return cause, " ".join(m.group(0).split())
+    return None
 
 
 def _stderr_findings(facts: _Facts) -> list:

@@ -72,22 +72,25 @@ def _method_of(name: str, text: str, default: Optional[str] = None) -> Optional[
     return default
 
 
+def printed_blocks(stderr: str) -> list:
+    """``(name, chain)`` of each ``Process NAME:`` block multiprocessing printed in stderr."""
+    lines = stderr.split("\n")
+    return [(m.group(1), chain) for start, chain in printed_chains(stderr, headless=False)
+            if start and (m := _HEADER.match(lines[start - 1]))]
+
+
 def build_tree(result, default_method: Optional[str] = None) -> list:
     """The run's processes as :class:`ProcNode`, the main process first."""
-    nodes = [ProcNode(None, "main", exitcode=result.returncode)]
-    children = [w for w in result.workers if w.role != "dataloader_worker"]
+    main = ProcNode(None, "main", exitcode=result.returncode)
+    nodes = [main]
+    children = [w for w in (result.workers or []) if w.role != "dataloader_worker"]
     by_name: dict = {}
-    for w in result.workers:
+    for w in result.workers or []:
         role = "worker" if w.role == "dataloader_worker" else "child"
         node = ProcNode(w.pid, role, None, w.name or "", _method_of(w.name or "", "", default_method), w.exitcode)
         nodes.append(node)
         by_name.setdefault(node.name, node)
-    stderr = plain_text(result.stderr)
-    lines = stderr.split("\n")
-    for start, chain in printed_chains(stderr, headless=False):  # the "Process NAME:" blocks multiprocessing printed
-        if not start or not (m := _HEADER.match(lines[start - 1])):
-            continue
-        name = m.group(1)
+    for name, chain in printed_blocks(plain_text(result.stderr)):
         node = by_name.get(name)
         if node is None:  # a process the runner did not record (a child of a child): known by name only
             node = ProcNode(None, "child", None, name)
@@ -105,7 +108,7 @@ def build_tree(result, default_method: Optional[str] = None) -> list:
 def _from_main_chain(result, nodes: list, children: list) -> None:
     """Children's errors the main process re-raised (torch.multiprocessing.spawn, concurrent.futures)."""
     spawned = [w for w in children if (w.name or "").startswith("SpawnProcess")] or children
-    for e in result.exceptions:
+    for e in result.exceptions or []:
         msg = plain_text(e.message)
         m = _SPAWN_ERR.search(msg)
         if m:
@@ -165,16 +168,25 @@ def _run_method(facts: _Facts) -> Optional[str]:
     """The default start method of the run's processes: set for the run, the lab's default, else the
     platform's."""
     opts = facts.options or {}
-    return (opts.get("start_method") or opts.get("lab_default_start_method")
-            or (facts.env or {}).get("LABUTILS_START_METHOD") or startmethod.current())
+    method = opts.get("start_method") or opts.get("lab_default_start_method")
+    if not method:
+        method = (facts.env or {}).get("LABUTILS_START_METHOD") or startmethod.current()
+    return method
 
 _CARRIERS = ("ProcessRaisedException", "_RemoteTraceback")
 
 
 def _child_verdicts(facts: _Facts, tree: list) -> list:
     """The verdict of every child process whose own error names a DataLoader failure."""
-    verdicts = [_process_verdict(facts, node, tree) for node in tree if node.role == "child" and node.chain]
-    return sorted((v for v in verdicts if v["cause"] in LOADER_CAUSES), key=lambda v: v["node"].via not in _CARRIERS)
+    out = []
+    for node in tree:
+        if node.role != "child" or not node.chain:
+            continue
+        v = _process_verdict(facts, node, tree)
+        if v["cause"] in LOADER_CAUSES:
+            out.append(v)
+    out.sort(key=lambda v: v["node"].via not in _CARRIERS)
+    return out
 
 
 def _process_verdict(facts: _Facts, node, tree: list) -> dict:
@@ -195,7 +207,11 @@ def _process_verdict(facts: _Facts, node, tree: list) -> dict:
 def _child_decides(facts: _Facts, verdict: dict, main_cause: str) -> bool:
     """A child's loader failure is the run's cause when the main process carried it (re-raised its
     traceback), or when the main process itself left no error of its own (an exit code, or 0)."""
-    return verdict["node"].via in _CARRIERS or main_cause in ("ok", UNKNOWN) or not (facts.ended or facts.loader_errors)
+    if verdict["node"].via in _CARRIERS:
+        return True
+    if main_cause in ("ok", UNKNOWN):
+        return True
+    return not facts.ended and not facts.loader_errors
 
 
 def _describe_node(node) -> str:
