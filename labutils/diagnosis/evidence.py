@@ -259,6 +259,8 @@ _LINKS = {"The above exception was the direct cause of the following exception:"
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Empty)|"
                        r"[A-Za-z_][\w.]*\.[A-Z]\w*|RuntimeError|KeyError|StopIteration)(?::\s?(.*))?$")
 _TYPED = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
+#: the line after a traceback's frames is its exception's, whatever the class is called (``MyBad: boom``)
+_NAMED_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 _PYTEST_FRAME = re.compile(r"^(\S+\.py):(\d+): in (\S+)$")
 
 
@@ -296,7 +298,7 @@ def _segment(lines: list, i: int) -> tuple:
 def _exc(frames: list, message: list, traceback: bool = True) -> _Exc:
     """The exception a traceback's frames and message lines print (with ``traceback`` False: its message only)."""
     head = message[0].strip() if message else ""
-    m = _EXC_LINE.match(head)
+    m = _EXC_LINE.match(head) or (_NAMED_LINE.match(head) if traceback else None)
     if m:
         kind, first = m.group(1).rsplit(".", 1)[-1], (m.group(2) or "")
     else:
