@@ -69,7 +69,7 @@ def test_diagnosis_api_shape():
 
 
 def test_every_cause_has_fixes_naming_a_notebook():
-    from labutils.diagnosis.model import _fixes
+    from labutils.diagnosis.causes import fixes_for as _fixes
 
     assert len(CAUSES) == 15 and "outside_loader" in CAUSES
     for cause in CAUSES:

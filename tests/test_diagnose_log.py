@@ -344,3 +344,18 @@ def test_a_sigkill_without_memory_evidence_in_a_run_says_what_it_proves():
     assert "sender unknown" in d.summary and "nothing recorded says it was for memory" in d.summary
     assert d.summary.index("memory first") < d.summary.index("kill -9"), d.summary
     assert d.decide_with and "dmesg" in d.decide_with and "who sent" in d.cannot_prove, d
+
+
+def test_the_exception_line_after_a_traceback_names_any_class():
+    # a class whose name has no Error/Exception ending, bare and with its module path: after a traceback's
+    # frames the line is the exception's, whatever it is called (a child's error in a process tree reads so)
+    from labutils.diagnosis.evidence import printed_chains
+
+    text = ("Traceback (most recent call last):\n  File \"/w/train.py\", line 3, in <module>\n    go()\n"
+            "MyBad: boom\nnoise after it\n"
+            "Traceback (most recent call last):\n  File \"/w/train.py\", line 9, in <module>\n    go()\n"
+            "pkg.sub.Oops\n")
+    chains = printed_chains(text, headless=False)
+    assert [(c[0].type, c[0].message) for _i, c in chains] == [("MyBad", "boom"), ("Oops", "")], chains
+    # outside a traceback a lone "Word: text" line is not an exception
+    assert printed_chains("Epoch: 3 of 10\nloss: 0.25\n") == []

@@ -1,15 +1,8 @@
 """``python -m labutils diagnose [OPTIONS] SCRIPT|NOTEBOOK [ARGS...]``: run it isolated and name the cause.
 
-A script runs unchanged in a fresh process under the same limits as :func:`labutils.run_isolated`.
-A notebook (``.ipynb``) is executed cell by cell in a real Jupyter kernel (nbclient) started inside
-that isolated run, so the limits apply to the kernel and its workers too, and a class defined in a
-cell is as unimportable for spawn workers as it is in JupyterLab; the report names the failing cell.
-Even a script that catches the DataLoader error and exits 0 is diagnosed from what happened.
-
-A run is stopped early only by ``--stall`` (no batch delivered for that long while workers are alive:
-diagnosed as a hang, with the stacks of the stuck processes) or ``--timeout`` (a total limit, off by
-default so that a long healthy training is never cut). Options come before SCRIPT; everything after
-SCRIPT is the script's.
+A script runs unchanged in a fresh process under the limits of :func:`labutils.run_isolated`; a notebook runs
+cell by cell in a Jupyter kernel inside that run (its classes as unimportable for spawn workers as in
+JupyterLab), and the report names the failing cell. Only ``--stall`` or ``--timeout`` stops a run early.
 """
 
 from __future__ import annotations
@@ -93,13 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    argv = list(argv)
-    if not argv:
-        raise UsageError("no SCRIPT given")
-    return build_parser().parse_args(argv)
-
-
 def _check_torchrun(args: argparse.Namespace, kind: str) -> None:
     """One-line usage errors for the torchrun options."""
     if not args.torchrun:
@@ -172,16 +158,6 @@ def _check_notebook(path: str, data: bytes) -> str:
     return "notebook"
 
 
-def _workers(result) -> list:
-    out = []
-    for w in result.workers:
-        out.append({"pid": w.pid, "role": w.role, "exitcode": w.exitcode, "signal": w.signal,
-                    "status": w.status, "killed_by_watchdog": w.killed_by_watchdog,
-                    "killed_by_kernel_oom": bool(getattr(w, "killed_by_kernel_oom", False)),
-                    "peak_rss": w.peak_rss})
-    return out
-
-
 def _diagnosis_dict(d, optional: tuple) -> dict:
     """A ``--json`` object's keys from the diagnosis ``d``, with each name of ``optional`` that it has."""
     out = {"cause": d.cause, "summary": d.summary, "confidence": d.confidence, "recovered": d.recovered,
@@ -199,14 +175,14 @@ def report_dict(result, script: str, script_args: Sequence[str]) -> dict:
     out.update({
         "outcome": result.outcome, "exit": result.exit_text, "returncode": result.returncode,
         "signal": result.signal, "reason": result.reason,
-        "workers": _workers(result),
+        "workers": [{"pid": w.pid, "role": w.role, "exitcode": w.exitcode, "signal": w.signal, "status": w.status,
+                     "killed_by_watchdog": w.killed_by_watchdog, "killed_by_kernel_oom": w.killed_by_kernel_oom,
+                     "peak_rss": w.peak_rss} for w in result.workers],
         "exceptions": [{"type": e.type, "message": e.message, "link": e.link} for e in result.exceptions],
         "loader_errors": [[{"type": e.type, "message": e.message, "link": e.link} for e in chain]
                           for chain in result.loader_errors],
         "watchdog_kills": result.watchdog_kills,
-        "memory_limit": getattr(result, "memory_limit", None),
-        "stall": getattr(result, "stall", None),
-        "launcher": getattr(result, "launcher", None),
+        "memory_limit": result.memory_limit, "stall": result.stall, "launcher": result.launcher,
         "wall_time": round(result.wall_time, 3),
         "script": script, "args": list(script_args), "options": result.options,
         "stdout": result.stdout, "stderr": result.stderr,
@@ -278,17 +254,13 @@ def log_main(argv: Sequence[str]) -> int:
     try:
         args = log_parser().parse_args(list(argv))
     except UsageError as exc:
-        print(f"labutils diagnose: {exc}", file=sys.stderr)
-        print(LOG_USAGE, file=sys.stderr)
-        return 2
+        return _fail(exc, usage=LOG_USAGE)
     try:
         log = read_logs(args.log)
     except LogError as exc:
-        print(f"labutils diagnose: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
     except KeyboardInterrupt:
-        print("labutils diagnose: interrupted", file=sys.stderr)
-        return 130
+        return _fail("interrupted", 130)
     d = explain_log(log)
     _report(json.dumps(log_report_dict(d, log), default=repr) if args.json
             else f"diagnose --log {' '.join(log.names)}:\n{d}")
@@ -304,10 +276,10 @@ def _report(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _usage_fail(message: str) -> int:
-    print(f"labutils diagnose: {message}", file=sys.stderr)
-    print(f"usage: {PROG} [OPTIONS] SCRIPT|NOTEBOOK [ARGS...]   (--help for the options)", file=sys.stderr)
-    return 2
+def _fail(message, status: int = 2, usage: str = "") -> int:
+    """Say why on stderr in one line (and the usage, for a usage error); return the exit status."""
+    print(f"labutils diagnose: {message}" + (f"\n{usage}" if usage else ""), file=sys.stderr)
+    return status
 
 
 def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -319,7 +291,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
         build_parser().print_help()
         return 0
     try:
-        args = _parse(argv)
+        args = build_parser().parse_args(argv)
         kind = _check_script(args.script)
         if kind == "notebook" and args.stdin_main:
             raise UsageError("--stdin-main is for scripts; a notebook always runs in a kernel whose __main__ "
@@ -329,7 +301,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
         _check_torchrun(args, kind)
         kw = _limits(args)
     except UsageError as exc:
-        return _usage_fail(str(exc))
+        return _fail(exc, usage=f"usage: {PROG} [OPTIONS] SCRIPT|NOTEBOOK [ARGS...]   (--help for the options)")
     except SystemExit as exc:  # argparse's own --help inside the options
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
 
@@ -346,18 +318,15 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
             result = run_isolated(file=args.script, argv=args.args, sample_interval=interval, **kw)
     except IsolationError as exc:
         flag = "--" + exc.argument.replace("_", "-") if getattr(exc, "argument", None) else None
-        print(f"labutils diagnose: {exc.for_option(flag) if flag else exc}", file=sys.stderr)
-        return 2
+        return _fail(exc.for_option(flag) if flag else exc)
     except KeyboardInterrupt:
-        print("labutils diagnose: interrupted; the run was stopped", file=sys.stderr)
-        return 130
+        return _fail("interrupted; the run was stopped", 130)
     if result.outcome == "unsupported":
-        print(f"labutils diagnose: the run could not start: {result.reason}", file=sys.stderr)
         if args.json:
-            print(json.dumps({"cause": "unsupported", "summary": result.reason, "evidence": [],
-                              "fixes": [], "outcome": result.outcome, "exit": result.exit_text,
-                              "workers": [], "memory_limit": getattr(result, "memory_limit", None)}))
-        return 2
+            print(json.dumps({"cause": "unsupported", "summary": result.reason, "evidence": [], "fixes": [],
+                              "outcome": result.outcome, "exit": result.exit_text, "workers": [],
+                              "memory_limit": result.memory_limit}))
+        return _fail(f"the run could not start: {result.reason}")
     _report(json.dumps(report_dict(result, args.script, args.args), default=repr) if args.json
             else _report_text(result, args.script, args.quiet))
     return 0 if result.diagnosis.cause == "ok" else 1

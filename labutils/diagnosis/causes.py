@@ -1,18 +1,11 @@
-"""The cause catalogue: every cause id the diagnosis can name, in one place.
+"""The cause catalogue: every cause id the diagnosis can name, in one place; a new cause is one entry here plus
+a broken and a fixed script in ``labutils/scenarios/``. Nothing here imports torch or reads the machine.
 
-Each :class:`Cause` holds the id (stable: ``diagnose --json`` prints it), what happened in one line,
-the default summary, the fixes (each naming the notebook that demonstrates it), the error texts a
-learner sees for it (for the cheat sheet and the README map), and variants: other summaries and fixes
-for the same id where the evidence differs (a SIGKILL with memory evidence or without; an fd leak in
-the user's ``open()`` or IPC fd exhaustion). A message may name the variant it belongs to (``(text,
-variant)``): the cheat sheet then gives that variant's first fix. Each cause (and a variant with fixes
-of its own) has a ``short`` first fix for the one-page handout: under 15 words, with PyTorch and Python
-alone. :data:`ECHOES` are messages that are no cause of their own: another process's death shows
-through them. :data:`PRECEDENCE` orders the causes when one failure shows the evidence of several
-(resource exhaustion before the symptoms it causes).
-
-A new cause is one entry here plus a broken and a fixed script in ``labutils/scenarios/``.
-Nothing here imports torch or reads the machine.
+Each :class:`Cause` holds its stable id (``diagnose --json`` prints it), its summary, its fixes with the notebooks
+that demonstrate them, the texts a learner sees for it (the cheat sheet's and the README map's source), the
+handout's ``short`` first fix (under 15 words, PyTorch and Python alone) and variants: another summary and fixes
+for the same id where the evidence differs. :data:`ECHOES` are messages that are no cause of their own;
+:data:`PRECEDENCE` orders the causes when one failure shows the evidence of several.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 __all__ = ["CATALOGUE", "CAUSES", "ECHOES", "LOADER_CAUSES", "NOTEBOOKS", "PRECEDENCE", "UNKNOWN", "UNSUPPORTED",
-           "Cause", "Fix", "cheatsheet_rows", "fixes_for", "get_cause"]
+           "Cause", "Fix", "cheatsheet_rows", "fixes_for"]
 
 #: Notebook stems by their two-digit number.
 NOTEBOOKS = {
@@ -84,7 +77,8 @@ class Cause:
         return self.summary
 
 
-_OOM_OTHER_SENDERS = ("a `kill -9` by a person or a script, a scheduler's preemption (SLURM, Kubernetes), "
+#: who else sends SIGKILL, besides the kernel's OOM killer
+OTHER_SIGKILL_SENDERS = ("a `kill -9` by a person or a script, a scheduler's preemption (SLURM, Kubernetes), "
                       "`timeout -s KILL`, systemd stopping a service")
 
 _ENTRIES = [
@@ -193,7 +187,7 @@ _ENTRIES = [
         variants={"no_memory_evidence": {
             "short": "Look for the kernel's record first: `dmesg`, `memory.events`, the scheduler's job log",
             "summary": "a worker was killed by SIGKILL; nothing recorded says it was for memory: the kernel "
-                       "OOM killer sends SIGKILL, and so do " + _OOM_OTHER_SENDERS,
+                       "OOM killer sends SIGKILL, and so do " + OTHER_SIGKILL_SENDERS,
             "fixes": (
                 ("Look for the kernel's record first: `dmesg | grep -i -E 'killed process|oom'` (needs "
                  "root on many systems), the cgroup's memory.events oom_kill counter, or your scheduler's "
@@ -404,13 +398,6 @@ PRECEDENCE = ("shm_exhausted", "fd_limit", "fork_refused", "cuda_in_worker", "mi
 _UNKNOWN_FIXES = (("Read the exception above: nothing recorded says where it came from", "01"),)
 
 
-def get_cause(cause_id: str) -> Cause:
-    try:
-        return CATALOGUE[cause_id]
-    except KeyError:
-        raise KeyError(f"unknown cause {cause_id!r}; causes: {', '.join(CAUSES)}") from None
-
-
 def fixes_for(cause_id: str, variant: Optional[str] = None) -> list:
     """The :class:`Fix` list of a cause (and of one of its variants); ``[]`` for ``ok``/``unsupported``."""
     if cause_id == UNKNOWN:
@@ -505,16 +492,13 @@ TAUGHT = (
 ECHO = "an echo (not a cause): read the worker's exit status"
 #: Messages that are no cause of their own: ``(error text, what the diagnosis says, first fix, notebook stem,
 #: the handout's short fix)``.
-ECHOES = (
-    ("ConnectionResetError: [Errno 104] Connection reset by peer (in rebuild_storage_fd: a worker died while "
-     "handing a batch over)", ECHO,
-     "Read the worker's exit status in the lines around it: SIGKILL (Killed) is a kill, memory first "
+ECHOES = tuple(
+    (text, ECHO, "Read the worker's exit status in the lines around it: SIGKILL (Killed) is a kill, memory first "
      "(04_memory_and_oom); an exit code is the worker's own exit (01_read_the_error)", "01_read_the_error",
-     "Read the worker's exit status: SIGKILL, see 04; an exit code, see 01"),
-    ("EOFError (in rebuild_storage_fd / recvfds: a worker died while handing a batch over)", ECHO,
-     "Read the worker's exit status in the lines around it: SIGKILL (Killed) is a kill, memory first "
-     "(04_memory_and_oom); an exit code is the worker's own exit (01_read_the_error)", "01_read_the_error",
-     "Read the worker's exit status: SIGKILL, see 04; an exit code, see 01"),
+     "Read the worker's exit status: SIGKILL, see 04; an exit code, see 01")
+    for text in ("ConnectionResetError: [Errno 104] Connection reset by peer (in rebuild_storage_fd: a worker died "
+                 "while handing a batch over)",
+                 "EOFError (in rebuild_storage_fd / recvfds: a worker died while handing a batch over)")
 )
 
 

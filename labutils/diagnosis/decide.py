@@ -9,16 +9,8 @@ from typing import Optional
 
 from ..machine import probes
 from . import messages as vocab
-from .causes import CATALOGUE, PRECEDENCE, UNKNOWN
-from .evidence import (
-    _batches,
-    _Exc,
-    _Facts,
-    _Finding,
-    _frame_kind,
-    _short,
-    _through_loader,
-)
+from .causes import CATALOGUE, OTHER_SIGKILL_SENDERS, PRECEDENCE, UNKNOWN, fixes_for
+from .evidence import _at, _batches, _Exc, _Facts, _Finding, _frame_kind, _short, _through_loader, workers_named
 from .rules import (
     _classify,
     _main_signal_findings,
@@ -26,6 +18,8 @@ from .rules import (
     _stall_findings,
     _stderr_findings,
     _worker_findings,
+    stopped_inside,
+    worker_line,
 )
 
 
@@ -39,7 +33,8 @@ def _single_process(facts: _Facts) -> bool:
 
 
 def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
-    """(cause, its findings, confidence) by precedence; echoes decide only when nothing else does."""
+    """(cause, its findings, confidence, the other findings) by precedence; echoes decide only when nothing else
+    does."""
     real = [f for f in findings if not f.echo and not f.cause.startswith("_")]
     for cause in PRECEDENCE:
         mine = [f for f in real if f.cause == cause]
@@ -66,11 +61,11 @@ def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
                             break
             if cause == "hang" and not (facts is not None and facts.stall):
                 conf = "low" if all(f.conf == "low" for f in mine) else "medium"
-            return cause, mine, conf
+            return cause, mine, conf, [f for f in findings if f not in mine]
     echoes = [f for f in findings if f.cause == "_died"]
     if echoes:
-        return "worker_exit", echoes, "low"
-    return None, [], "high"
+        return "worker_exit", echoes, "low", [f for f in findings if f not in echoes]
+    return None, [], "high", findings
 
 
 def _chain_where(e: _Exc) -> str:
@@ -86,10 +81,7 @@ def _chain_where(e: _Exc) -> str:
 
 
 def _loader_chain_findings(chain: list, single: bool) -> list:
-    out = []
-    for e in chain:
-        out.extend(_classify(e, _chain_where(e), single))
-    return out
+    return [f for e in chain for f in _classify(e, _chain_where(e), single)]
 
 
 def _library_stops(facts: _Facts, findings: list) -> list:
@@ -98,9 +90,7 @@ def _library_stops(facts: _Facts, findings: list) -> list:
     stop = vocab.library_stop(facts.stderr)
     if stop is None:
         return findings
-    return [_Finding("native_crash", f"{f.text}, raised inside the worker by {stop[1]}: '{stop[0]}' on stderr - "
-                     "the library's own stop of a process forked after its threads started, not a signal from "
-                     "outside", "medium", detail="15", pid=f.pid) if f.variant == "sigterm" else f for f in findings]
+    return [stopped_inside(f.text, stop, "medium", f.pid) if f.variant == "sigterm" else f for f in findings]
 
 
 def _episode(facts: _Facts, chain: Optional[list]) -> list:
@@ -165,8 +155,7 @@ def _same_chain(a: list, b: list) -> bool:
 def _fallback_single(e: _Exc, single: bool) -> Optional[_Finding]:
     """An exception that escaped a single-process DataLoader: the Dataset raised it in the main process."""
     if _through_loader(e) and single:
-        line = next((f for f in reversed(e.frames) if f[3] == "user"), None)
-        at = f" at {os.path.basename(line[0])}:{line[1]} in {line[2]}" if line else ""
+        at = f" at {_at(e.user_frame)}" if e.user_frame else ""
         return _Finding("worker_exception", f"{e.type}: {_short(e.message)} escaped the DataLoader iterator "
                         f"(raised by the Dataset/collate_fn in the main process, num_workers=0){at}",
                         "high" if e.frames or e.origin in ("next", "init") else "medium",
@@ -175,14 +164,10 @@ def _fallback_single(e: _Exc, single: bool) -> Optional[_Finding]:
 
 
 def _outside_finding(e: _Exc) -> _Finding:
-    line = next((f for f in reversed(e.frames) if f[3] == "user"), None)
-    last = e.frames[-1] if e.frames else None
-    where = ""
+    line, where = e.user_frame, ""
     if line:
-        where = f" (your code: {os.path.basename(line[0])}:{line[1]} in {line[2]}"
-        if last is not None and last is not line:
-            where += f"; raised in {_lib_name(last[0])}"
-        where += ")"
+        raised = "" if e.frames[-1] is line else f"; raised in {_lib_name(e.frames[-1][0])}"
+        where = f" (your code: {_at(line)}{raised})"
     return _Finding("outside_loader", f"the script failed outside data loading: {e.type}: {_short(e.message)}"
                     f"{where} - no frame of torch.utils.data in its traceback", "high",
                     detail=f"{e.type}: {_short(e.message, 120)}")
@@ -199,9 +184,25 @@ def _lib_name(path: str) -> str:
 
 def _decide(facts: _Facts) -> tuple:
     """(cause, findings for it, confidence, other findings, recovered)."""
-    if facts.ended:
-        return _decide_ended(facts)
-    return _decide_without_exception(facts)
+    return _decide_ended(facts) if facts.ended else _decide_without_exception(facts)
+
+
+def decide_process(facts: _Facts, chain: list, returncode: Optional[int], saw: str, codes: Optional[dict] = None,
+                   **more) -> tuple:
+    """A process of the run (a child, a torchrun rank) explained from its own ``chain`` like a script of its own:
+    ``(its facts, cause, findings, confidence, other findings, recovered)``. Its workers are those its messages
+    name (exit statuses from ``codes``); where it saw only an echo of a worker's death, what the worker printed
+    as it died decides (``saw`` says what the process saw)."""
+    sub = _Facts(source="run", outcome="failed", returncode=returncode, options=dict(facts.options),
+                 env=dict(facts.env), kernel_record=facts.kernel_record, since=facts.since, ended=chain,
+                 workers=workers_named(chain, codes), **more)
+    cause, mine, conf, others, recovered = _decide(sub)
+    if not chain and sub.main_signal is None:
+        return sub, UNKNOWN, mine, "low", others, recovered
+    found = worker_line(facts.stderr, saw) if conf == "low" and cause in ("worker_exit", UNKNOWN) else None
+    if found is not None:
+        cause, mine, conf, others = found.cause, [found], "medium", mine + others
+    return sub, cause, mine, conf, others, recovered
 
 
 def _decide_ended(facts: _Facts) -> tuple:
@@ -242,7 +243,7 @@ def _decide_ended(facts: _Facts) -> tuple:
         return "outside_loader", mine, "high", others, False
     findings = _episode(facts, loader_chain)
     findings += _main_signal_findings(facts)
-    cause, mine, conf = _pick(findings, facts)
+    cause, mine, conf, rest = _pick(findings, facts)
     if cause is None:
         fb = _fallback_single(loader_chain[0], single) if loader_chain else None
         if fb is not None:
@@ -259,7 +260,7 @@ def _decide_ended(facts: _Facts) -> tuple:
     for c in facts.loader_errors:
         if not _same_chain(c, loader_chain):
             others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
-    return cause, mine, conf, [f for f in findings if f not in mine] + others, False
+    return cause, mine, conf, rest + others, False
 
 
 def _decide_without_exception(facts: _Facts) -> tuple:
@@ -283,7 +284,7 @@ def _decide_without_exception(facts: _Facts) -> tuple:
                          "high" if in_loader else "medium", variant="main_process", detail=str(sig))
             return "native_crash", [f], f.conf, _episode(facts, last_loader), False
         findings = _episode(facts, last_loader)
-        cause, mine, conf = _pick(findings, facts)
+        cause, mine, conf, _ = _pick(findings, facts)
         if cause is not None and cause != "worker_exit":
             return cause, mine, conf, [main[0]], False
         what = ("its Python stack shows no frame of torch.utils.data" if stack else
@@ -294,32 +295,23 @@ def _decide_without_exception(facts: _Facts) -> tuple:
     if main and main[0].cause == "_main_stopped":
         sig = int(main[0].detail)
         findings = _episode(facts, last_loader)
-        senders = probes.sigterm_senders(facts.env or os.environ) if sig == 15 else []
-        who = f"; likely sender here: {'; '.join(senders)}" if senders else (
-            "; nothing in the environment names a scheduler: a person's kill, a launcher or a service manager"
-            if sig == 15 else "")
+        who = _sigterm_sender(facts) if sig == 15 else ""
         f = _Finding("outside_loader", f"{main[0].text}: the script was stopped from outside{who}", "medium")
         return "outside_loader", [f], "medium", findings, False
     if main:  # SIGKILL of the main process
-        findings = _episode(facts, last_loader) + main
-        cause, mine, conf = _pick(findings, facts)
-        return cause, mine, conf, [f for f in findings if f not in mine], False
+        return (*_pick(_episode(facts, last_loader) + main, facts), False)
     cut = _cut_short(facts)
     if cut is not None:
         return "ok", [cut], "medium", _episode(facts, last_loader), False
     if facts.outcome == "timed_out" or facts.stall:
-        findings = _episode(facts, last_loader) + _stall_findings(facts)
-        cause, mine, conf = _pick(findings, facts)
         # SIGTERMs of workers the runner's own kill caused, and the like, are consequences of the stop
-        return cause, mine, conf, [f for f in findings if f not in mine], False
+        return (*_pick(_episode(facts, last_loader) + _stall_findings(facts), facts), False)
     if facts.outcome == "failed":
-        if last_loader is not None:
-            findings = _episode(facts, last_loader)
-            cause, mine, conf = _pick(findings, facts)
-            if cause is not None:
-                return cause, mine, conf, [f for f in findings if f not in mine], False
+        chosen = _pick(_episode(facts, last_loader), facts) if last_loader is not None else (None,)
+        if chosen[0] is not None:
+            return (*chosen, False)
         findings = _episode(facts, None)
-        cause, mine, conf = _pick([f for f in findings if f.variant != "sigterm"], facts)
+        cause, mine, conf, _ = _pick([f for f in findings if f.variant != "sigterm"], facts)
         if cause is not None:
             return cause, mine, conf, [f for f in findings if f not in mine], False
         code = facts.returncode
@@ -357,15 +349,15 @@ def _decide_ended_well(facts: _Facts) -> tuple:
     first = facts.loader_errors[0] if facts.loader_errors else None
     if first is not None:
         findings = _episode(facts, first)
-        cause, mine, conf = _pick(findings, facts)
+        cause, mine, conf, rest = _pick(findings, facts)
         if cause is None:
             fb = _fallback_single(first[0], single)
             if fb is not None:
-                cause, mine, conf = "worker_exception", [fb], fb.conf
+                cause, mine, conf, rest = "worker_exception", [fb], fb.conf, findings
         if cause is not None:
             for c in facts.loader_errors[1:]:
                 others += [f for f in _loader_chain_findings(c, single) if f.cause != cause]
-            return cause, mine, conf, [f for f in findings if f not in mine] + others, True
+            return cause, mine, conf, rest + others, True
     # no loader error: stderr and statuses alone cannot make a healthy run a failure, except warnings
     # from torch.utils.data itself about a failed worker start (the script caught it before iter() returned)
     warned = [f for f in _stderr_findings(facts) if f.cause == "unpicklable_dataset" and "torch.utils.data" in f.text]
@@ -385,7 +377,19 @@ def _fatal_stack(stderr: str) -> list:
 
 
 # =========================================================================== summaries
-_OTHER_SENDERS = "a `kill -9`, a scheduler's preemption (Slurm, Kubernetes), `timeout -s KILL`, systemd"
+def fixes_of(cause: str, mine: list, conf: str) -> list:
+    """The fixes of ``cause``, of the catalogue variant that fits the deciding findings ``mine``."""
+    if cause == "oom_killed":  # a SIGKILL that nothing recorded ties to memory has fixes of its own
+        return fixes_for(cause, "no_memory_evidence" if conf == "low" else None)
+    return fixes_for(cause, next((f.variant for f in mine if f.variant not in (None, "startup")), None))
+
+
+
+def _sigterm_sender(facts: _Facts) -> str:
+    senders = probes.sigterm_senders(facts.env or os.environ)
+    return f"; likely sender here: {'; '.join(senders)}" if senders else \
+        "; nothing in the environment names a scheduler: a person's kill, a launcher or a service manager"
+
 
 def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
     entry = CATALOGUE.get(cause)
@@ -411,16 +415,13 @@ def _summary(cause: str, facts: _Facts, mine: list, recovered: bool) -> str:
             who = "a worker" if any("worker" in f.text for f in mine) else "a process"
             text = (f"{who} was killed by SIGKILL, sender unknown: nothing recorded says it was for memory. "
                     "Check memory first (the kernel's OOM killer sends SIGKILL: dmesg, the cgroup's memory.events), "
-                    "then the other senders: " + _OTHER_SENDERS)
+                    "then the other senders: " + OTHER_SIGKILL_SENDERS)
     elif cause == "worker_exit":
         startup = next((f.detail for f in mine if f.variant == "startup" and f.detail), None)
         if startup:
             text = f"a spawned worker died while starting, before loading any sample: {_short(startup, 120)}"
         elif variant == "sigterm":
-            senders = probes.sigterm_senders(facts.env or os.environ)
-            text = entry.summary_for("sigterm") + (f"; likely sender here: {senders[0]}" if senders else
-                                                   "; nothing in the environment names a scheduler: a person's "
-                                                   "kill, a launcher or a service manager")
+            text = entry.summary_for("sigterm") + _sigterm_sender(facts)
         else:
             m = re.search(r"code (-?\d+)", inner)
             if m:

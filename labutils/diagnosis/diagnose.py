@@ -1,31 +1,13 @@
-"""Name the cause of a DataLoader failure from the evidence it left.
+"""Name the cause of a DataLoader failure from the evidence it left: ``explain(obj)`` of a
+:class:`~labutils.runner.result.RunResult`, a live exception or a log's text gives a :class:`Diagnosis` (one
+cause of :mod:`labutils.diagnosis.causes`, a summary, the evidence used, the fixes and their notebooks).
 
-``explain(obj)`` takes a :class:`~labutils.runner.result.RunResult` (an isolated run: exception chains, the
-exit code or signal of every worker, worker stderr, the run's limits) or a live exception caught in
-the learner's own kernel (``except RuntimeError as e: labutils.explain(e)``: the exception chain, the
-DataLoader iterator found in its traceback, and this process's environment). It returns a
-:class:`Diagnosis`: one cause id of the catalogue (:mod:`labutils.diagnosis.causes`), a one-line summary, the
-evidence used, and the fixes, each naming the notebook that demonstrates it.
-
-How a cause is chosen
----------------------
-A message counts for a cause only where it was raised. Every exception carries its origin: the
-bootstrap of an isolated run records what escaped ``iter(loader)`` and ``next()``, and the frames of
-each traceback say whose code raised it (the user's, ``torch.utils.data``'s, multiprocessing's). A
-stderr traceback counts only when its frames show a child process printed it (a spawn child that
-failed while starting, a worker, a queue feeder thread) and a failure of the run corroborates it;
-stderr text alone never decides, and a run that ended well with no loader error is ``ok`` whatever
-its stderr says.
-
-Then the failure that ended the run is explained first: the exception that ended the script (or the
-signal that killed it, or the stall/time limit). If that exception did not come through the
-DataLoader, the cause is ``outside_loader``. Otherwise the findings of that failure (the loader's own
-exceptions, the worker exit statuses, child tracebacks, the memory watchdog or the kernel's OOM record)
-are ranked by :data:`PRECEDENCE`; echoes of a worker death (the generic ``exited unexpectedly``, a
-fetch from a dead worker's socket, ``Pin memory thread exited unexpectedly``) are labelled as such and
-decide only when nothing else does. An error the script caught earlier and survived is listed, not
-chosen; when the script caught the failure and finished, it is diagnosed by that failure and the
-summary says the script recovered.
+A message counts only where it was raised (the bootstrap records what escaped ``iter()``/``next()``, and a
+traceback's frames say whose code raised it); stderr counts only where a child process printed it and a
+failure of the run corroborates it. The failure that ended the run is explained first: not through the
+DataLoader, it is ``outside_loader``; else its findings are ranked by :data:`PRECEDENCE`, and echoes of a
+worker's death decide only when nothing else does. An error the script caught and survived is listed, not
+chosen, unless it is the only one (then the summary says the script recovered).
 """
 
 from __future__ import annotations
@@ -34,34 +16,19 @@ import re
 from typing import Optional
 
 from . import messages as vocab
-from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix
-from .deciding import GENERIC_DEATH, SCRIPT, open_question
-from .fromlog import cut_before_its_error, facts_from_text, memory_words, reruns_main
+from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
+from .decide import _decide, _summary, fixes_of
+from .evidence import _batches, _exit_words, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
 from .gather import facts_from_exception, facts_from_result
-from .logread import LogText, read_text
-
-__all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "environment_probes",
-           "explain", "explain_log", "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures",
-           "worker_death_kind"]
-
-from .children import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method
-from .decide import _decide, _summary
-from .evidence import (
-    _batches,
-    _Facts,
-    _Finding,
-    _last_printed_chain,
-    _short,
-    _worker_pids_named,
-    is_worker_death,
-    with_quoted,
-    worker_death_kind,
-)
-from .model import Diagnosis, _fixes, environment_probes
+from .logread import LogText, cut_before_its_error, facts_from_text, memory_words, read_text, reruns_main
+from .model import GENERIC_DEATH, SCRIPT, Diagnosis, open_question, probe_lines
 from .pickling import find_unpicklable
-from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed
+from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_the_failure, kernel_killed, worker_line
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
-from .tree import build_tree
+from .tree import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method, build_tree
+
+__all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "explain", "explain_log",
+           "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures", "worker_death_kind"]
 
 
 # =========================================================================== explain
@@ -88,8 +55,7 @@ def explain(obj) -> Diagnosis:
         raise TypeError(f"explain() takes a RunResult, an exception or a log's text (str), not "
                         f"{type(obj).__name__}")
 
-    tree = build_tree(obj, _last_printed_chain, _worker_pids_named, _run_method(facts)) \
-        if facts.source == "run" else []
+    tree = build_tree(obj, _run_method(facts)) if facts.source == "run" else []
     cause, mine, conf, others, recovered = _decide(facts)
     verdicts = _child_verdicts(facts, tree)
     chosen = next((v for v in verdicts if _child_decides(facts, v, cause)), None)
@@ -97,11 +63,6 @@ def explain(obj) -> Diagnosis:
         return _child_diagnosis(facts, tree, chosen)
     others = others + [_Finding(v["cause"], f"{_describe_node(v['node'])}: {v['summary']}", "medium")
                        for v in verdicts]
-    variant = mine[0].variant if mine and mine[0].variant != "startup" else None
-    if variant is None:
-        variant = next((f.variant for f in mine if f.variant not in (None, "startup", "no_memory_evidence")), None)
-    if cause == "oom_killed":
-        variant = "no_memory_evidence" if conf == "low" else None
     evidence = [f.text for f in mine]
     for f in others:
         if f.text in evidence:
@@ -118,10 +79,7 @@ def explain(obj) -> Diagnosis:
         evidence.append(f"memory limit of the run: {ml['limit'] / 2**20:.0f} MiB, enforced by "
                         f"{ml.get('enforced_by', '?')} ({ml.get('mechanism', '')})".rstrip(" ()"))
     evidence.extend(facts.notes)
-    try:
-        evidence.extend(environment_probes(facts.options, facts.iters, live=facts.source == "exception"))
-    except Exception as exc:  # noqa: BLE001 - probes are extra, never fatal
-        evidence.append(f"environment probes failed: {exc!r}")
+    evidence += probe_lines(facts)
     if cause == "unpicklable_dataset" and facts.live_dataset is not None:
         evidence.extend(_blockers(facts.live_dataset))
 
@@ -139,7 +97,7 @@ def explain(obj) -> Diagnosis:
         evidence.insert(len(mine), f"failing process: DataLoader worker pid {process['pid']} of the main process"
                         + (f" ({process['name']})" if process["name"] else "")
                         + (f", started by {process['start_method']}" if process["start_method"] else ""))
-    d = Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, facts.source, recovered,
+    d = Diagnosis(cause, summary, evidence, fixes_of(cause, mine, conf), conf, facts.source, recovered,
                   process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
     return _with_open_question(d, mine)
 
@@ -162,8 +120,8 @@ def explain_log(log: LogText) -> Diagnosis:
     if stuck:  # a stack dump (faulthandler, py-spy) taken while the job made no progress
         mine = [_Finding("hang", stuck.replace("faulthandler dump", "a stack dump in the text"), "medium")]
         d = Diagnosis("hang", "a stack dump in the text shows the main process waiting for a batch that did not "
-                      "come: a hang (the text cannot show for how long nothing came)", [mine[0].text], _fixes("hang"),
-                      "medium", "log")
+                      "come: a hang (the text cannot show for how long nothing came)", [mine[0].text],
+                      fixes_for("hang"), "medium", "log")
         return _log_caps(_with_open_question(d, mine), mine, [], log, [])
     if not facts.ended and facts.main_signal is None:
         d = Diagnosis(UNKNOWN, "no DataLoader failure in this text: no Python traceback, no PyTorch message "
@@ -183,7 +141,10 @@ def explain_log(log: LogText) -> Diagnosis:
                          "again (multiprocessing's _fixup_main_from_path, then <module>): code there that starts "
                          "DataLoader workers needs an if __name__ == '__main__': guard", "medium")] + mine
         cause, conf = "missing_main_guard", "medium"
-    cause, mine, conf = _worker_words(log.text, cause, mine, conf)
+    found = worker_line(log.text, "the main process saw only an echo of the death") if (
+        cause in ("worker_exit", UNKNOWN) and conf == "low" or cause == "outside_loader") else None
+    if found is not None:
+        cause, mine, conf = found.cause, [found, *mine], "medium"
     if cause == "oom_killed" and conf == "low" and memory:
         mine.insert(0, _Finding("oom_killed", "the platform says the kill was for memory: " + "; ".join(memory),
                                 "high"))
@@ -197,33 +158,14 @@ def explain_log(log: LogText) -> Diagnosis:
         found = [f for e in with_quoted(chain) for f in _classify(e, "another traceback in the text", False)
                  if not f.cause.startswith("_") and not f.echo and f.cause != cause]
         loose += [f"{f.cause}: {f.text}" for f in found]
-    variant = next((f.variant for f in mine if f.variant not in (None, "startup")), None)
-    if cause == "oom_killed" and conf != "high":
-        variant = "no_memory_evidence"
-    d = Diagnosis(cause, summary, evidence, _fixes(cause, variant), conf, "log", recovered, unexplained=loose[:8])
+    d = Diagnosis(cause, summary, evidence, fixes_of(cause, mine, conf), conf, "log", recovered,
+                  unexplained=loose[:8])
     d = _log_caps(_with_open_question(d, mine), mine, memory, log, loose)
     if cut_before_its_error(facts.ended) and cause != "missing_main_guard":
         d.confidence = "low"
         d.cannot_prove = "the error itself: the traceback in the text stops before its exception line"
         d.decide_with = SCRIPT + "  (or paste the whole traceback, to its last line)"
     return d
-
-
-def _worker_words(text: str, cause: str, mine: list, conf: str) -> tuple:
-    """What a worker or a library printed before the worker died, where the main process saw only an echo or a
-    SIGTERM: the worker's own C-level line, a library's own stop."""
-    stop = vocab.library_stop(text)
-    if stop and cause == "worker_exit" and any(f.variant == "sigterm" for f in mine):
-        found = _Finding("native_crash", f"'{stop[0]}' in the text: {stop[1]} stopped the worker itself (its "
-                         "SIGTERM came from inside, after an unsafe fork), not a signal from outside", "medium")
-        return "native_crash", [found, *mine], "medium"
-    line = vocab.WORKER_LINE.search(text)
-    if line and (cause in ("worker_exit", UNKNOWN) and conf == "low" or cause == "outside_loader"):
-        kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
-        found = _Finding(kind, f"a DataLoader worker printed {line.group(0)!r} before it died (the main process "
-                         "saw only an echo of the death)", "medium")
-        return kind, [found, *mine], "medium"
-    return cause, mine, conf
 
 
 def _log_caps(d: Diagnosis, mine: list, memory: list, log: LogText, loose: list) -> Diagnosis:
@@ -282,23 +224,18 @@ def _status_lines(facts: _Facts) -> list:
         elif facts.outcome == "timed_out":
             lines.append("main process: killed by the runner after the time limit")
         elif facts.returncode is not None:
-            rc = facts.returncode
-            lines.append("main process: " + (f"killed by {vocab.signal_name(-rc)}" if rc < 0 else f"exit code {rc}"))
+            lines.append(f"main process: {_exit_words(facts.returncode)}")
     oom, named = kernel_killed(facts) if facts.source == "run" else (set(), False)
     for w in facts.workers:
-        if w.exitcode is None:
-            state = "exit status not recorded (the run was killed before it could be read)" \
-                if facts.source == "run" else "still running or not joined"
-        elif w.exitcode < 0:
-            state = f"killed by {vocab.signal_name(-w.exitcode)}"
-            if w.pid in oom:
-                state += " (by: kernel_oom" + (", named in the kernel log)" if named else ")")
-            elif w.watchdog:
-                state += " (by: the lab's memory watchdog)"
-            elif -w.exitcode in vocab.NATIVE_SIGNALS and after_the_failure(facts, w):
-                state += " (after the failure: while the DataLoader shut its workers down)"
-        else:
-            state = f"exit code {w.exitcode}"
+        killed = w.exitcode is not None and w.exitcode < 0
+        state = _exit_words(w.exitcode) if w.exitcode is not None else "still running or not joined" \
+            if facts.source != "run" else "exit status not recorded (the run was killed before it could be read)"
+        if killed and w.pid in oom:
+            state += " (by: kernel_oom" + (", named in the kernel log)" if named else ")")
+        elif killed and w.killed_by_watchdog:
+            state += " (by: the lab's memory watchdog)"
+        elif killed and -w.exitcode in vocab.NATIVE_SIGNALS and after_the_failure(facts, w):
+            state += " (after the failure: while the DataLoader shut its workers down)"
         role = "worker" if w.role == "dataloader_worker" else "child process"
         lines.append(f"{role} pid {w.pid}: {state}")
     return lines

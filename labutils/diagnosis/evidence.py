@@ -1,13 +1,15 @@
-"""The evidence of a run or a live exception, as the rules read it: exception chains with the frames that say
-who raised them, the processes and their exit statuses, the tracebacks child processes printed on stderr,
-and PyTorch's own messages about a worker's death."""
+"""The evidence of a run, a live exception or a log, as the rules read it: exception chains (live, or as Python
+printed them) with the frames that say who raised them, the processes and their exit statuses, the tracebacks
+child processes printed on stderr, and PyTorch's own messages about a worker's death."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..runner.result import ProcessInfo, signal_name
 from . import messages as vocab
 from .chain import links as _chain_links
 
@@ -28,9 +30,8 @@ def _frame_kind(path: str) -> str:
         return "torch"
     if p.endswith("labutils/runner/bootstrap.py") or p.endswith("/runpy.py") or p in ("<string>", "<stdin>"):
         return "boot"
-    if p.startswith("<frozen") or "/site-packages/" in p or "/dist-packages/" in p:
-        return "lib"
-    if re.search(r"/lib/python\d\.\d+/", p) or re.search(r"/lib/pypy", p):
+    if p.startswith("<frozen") or "/site-packages/" in p or "/dist-packages/" in p or re.search(
+            r"/lib/(python\d\.\d+/|pypy)", p):
         return "lib"
     if "/IPython/" in p or "/ipykernel/" in p:
         return "boot"
@@ -47,23 +48,6 @@ def _frames(text: str) -> list:
             src = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]) else ""
             out.append((m.group(1), int(m.group(2)), m.group(3), _frame_kind(m.group(1)), src))
     return out
-
-
-def _inner_traceback(message: str) -> str:
-    """The worker's traceback quoted after ``Original Traceback`` in a ``Caught X`` message."""
-    _, sep, tail = (message or "").partition("Original Traceback (most recent call last):")
-    return tail if sep else ""
-
-
-def _inner_line(message: str) -> str:
-    """The last ``Type: message`` line of the worker traceback quoted in a ``Caught X`` message."""
-    tail = _inner_traceback(message)
-    body = tail or message
-    last = ""
-    for line in body.splitlines():
-        if line and not line[0].isspace() and not line.startswith("Traceback ("):
-            last = line
-    return last.strip() or (message.splitlines()[0] if message else "")
 
 
 # =========================================================================== evidence model
@@ -91,21 +75,14 @@ class _Exc:
         return {f[3] for f in self.frames}
 
     @property
+    def user_frame(self) -> Optional[tuple]:
+        """The innermost frame of the script's own code, None without one."""
+        return next((f for f in reversed(self.frames) if f[3] == "user"), None)
+
+    @property
     def raised_in(self) -> Optional[str]:
         """Kind of the innermost frame (where the exception was raised), None without frames."""
         return self.frames[-1][3] if self.frames else None
-
-
-@dataclass
-class _Worker:
-    pid: Optional[int]
-    exitcode: Optional[int]
-    role: str = "dataloader_worker"
-    watchdog: bool = False
-    kernel_oom: bool = False
-    peak_rss: Optional[int] = None
-    #: when the runner saw it end (time.time() of the monitor's tick, so at or after its death); None if unseen
-    t: Optional[float] = None
 
 
 @dataclass
@@ -120,20 +97,13 @@ class _Finding:
 
 
 @dataclass
-class _Printed:
-    """A traceback found in stderr, with the kind of process its frames say printed it."""
-
-    who: str  # "child_start", "worker", "mp_child", "feeder", "other"
-    body: str
-    last: str
-
-
-@dataclass
 class _Facts:
     source: str
     ended: list = field(default_factory=list)  # the chain that ended the script (or a live chain)
     loader_errors: list = field(default_factory=list)  # chains that escaped next()/iter(), in time order
-    workers: list = field(default_factory=list)
+    workers: list = field(default_factory=list)  # ProcessInfo, as the run recorded them
+    #: when the runner saw each process end (pid -> time.time() of the monitor's tick, at or after its death)
+    ended_at: dict = field(default_factory=dict)
     #: DataLoader workers the monitor saw end in processes the main one started (torchrun's ranks' workers)
     other_loader_workers: int = 0
     stderr: str = ""
@@ -159,16 +129,16 @@ class _Facts:
     end_t: Optional[float] = None  # the last time.time() the run's record holds (its end, near enough)
 
 
-# --------------------------------------------------------------------------- what the rules add to messages
-_THREAD_FUNCS = {"start", "_start_thread", "_start_new_thread", "submit", "_adjust_thread_count", "_start"}
-_FORK_FUNCS = {"_launch", "spawnv_passfds", "_Popen", "start", "_start_thread", "fork", "fork_exec"}
-# Only these exception types can carry a resource or CUDA failure; a ValueError that merely mentions
-# "Too many open files" is the user's own exception.
-_RESOURCE_TYPES = {"RuntimeError", "OSError", "PermissionError", "BlockingIOError", "ConnectionError",
-                   "FileNotFoundError", "MemoryError", "IOError"}
-_CUDA_TYPES = {"AssertionError", "RuntimeError", "AcceleratorError", "CudaError", "DeferredCudaCallError",
-               "OutOfMemoryError"}
-_PICKLE_TYPES = {"TypeError", "PicklingError", "AttributeError", "PickleError", "NotImplementedError"}
+def _exit_words(code: Optional[int], signal: Optional[str] = None) -> str:
+    """A process's exit status as the evidence words it: ``killed by SIGKILL``, ``exit code 1``."""
+    if signal or (code is not None and code < 0):
+        return f"killed by {signal or signal_name(-code)}"
+    return f"exit code {code}"
+
+
+def _at(frame: tuple) -> str:
+    """``file.py:12 in func`` of a frame of :func:`_frames`."""
+    return f"{os.path.basename(frame[0])}:{frame[1]} in {frame[2]}"
 
 
 def _batches(n: int) -> str:
@@ -220,8 +190,7 @@ def quoted(e: _Exc) -> Optional[_Exc]:
     for regex in (vocab.KILLED, vocab.EXIT_CODE, vocab.DIED):
         m = regex.search(msg)
         if m:
-            end = msg.find("\n", m.start())
-            return _Exc("RuntimeError", msg[m.start(): end if end >= 0 else None].strip(), "", None, "quoted")
+            return _Exc("RuntimeError", msg[m.start():].split("\n", 1)[0].strip(), "", None, "quoted")
     i = msg.find("Caught ")
     if i >= 0 and vocab.WRAPPER.match(msg[i:]):
         return _Exc("RuntimeError", msg[i:], "", None, "quoted")
@@ -241,17 +210,11 @@ def with_quoted(chain: list) -> list:
 
 
 def is_worker_death(exc: BaseException) -> bool:
-    """True when ``exc`` (or its cause chain) says a DataLoader worker process died.
-
-    The one detector of the lab (:class:`labutils.kit.fixes.ResilientLoader` restarts on it and the
-    diagnosis uses it): PyTorch's own ``DataLoader worker (pid ...) exited unexpectedly`` /
-    ``... is killed by signal: ...``, and the race where the main process fails to fetch a dead worker's
-    tensor (an EOFError or connection/file error raised in ``rebuild_storage_fd``/``recvfds``). An
-    exception *raised by* ``__getitem__`` or collate ("Caught ValueError in DataLoader worker process 0")
-    is not a death, and neither is the pin-memory thread's message on its own.
-    """
-    chain = [e for _, e in _chain_of(exc)]
-    for e in chain:
+    """True when ``exc`` (or its cause chain) says a DataLoader worker process died: PyTorch's own death
+    messages, or a fetch from a dead worker (:func:`worker_death_kind`); not an exception raised *by*
+    ``__getitem__`` ("Caught ValueError in DataLoader worker process 0"), nor the pin-memory thread's echo alone.
+    The lab's one detector: :class:`labutils.kit.fixes.ResilientLoader` restarts on it."""
+    for _, e in _chain_of(exc):
         if vocab.WRAPPER.match((e.message or "").strip()):
             return False
         if worker_death_kind(e) in ("killed", "exitcode", "died", "race"):
@@ -288,15 +251,161 @@ def plain_text(text: Optional[str]) -> str:
     return _ANSI.sub("", (text or "").replace("\r", ""))
 
 
+# =========================================================================== chains printed in a text
+HEADER = "Traceback (most recent call last):"
+_LINKS = {"The above exception was the direct cause of the following exception:": "cause",
+          "During handling of the above exception, another exception occurred:": "context"}
+#: a line that is an exception's ``Type: message`` (or a bare type), with a dotted module path allowed
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Empty)|"
+                       r"[A-Za-z_][\w.]*\.[A-Z]\w*|RuntimeError|KeyError|StopIteration)(?::\s?(.*))?$")
+_TYPED = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
+#: the line after a traceback's frames is its exception's, whatever the class is called (``MyBad: boom``)
+_NAMED_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+_PYTEST_FRAME = re.compile(r"^(\S+\.py):(\d+): in (\S+)$")
+
+
+def _segment(lines: list, i: int) -> tuple:
+    """One traceback from its header at ``lines[i]``: ``(frames, message lines, index after it)``."""
+    frames, j = [], i + 1
+    while j < len(lines) and (lines[j].startswith((" ", "\t")) or not lines[j].strip()):
+        if not lines[j].strip() and j + 1 < len(lines) and not lines[j + 1].startswith((" ", "\t")):
+            break
+        frames.append(lines[j])
+        j += 1
+    if j >= len(lines):
+        return frames, [], j
+    message, j = [lines[j]], j + 1
+    original = False
+    while j < len(lines):
+        line = lines[j]
+        if line.startswith(vocab.ORIGINAL) or (line.startswith(HEADER) and message[-1].endswith(":")
+                                               and len(message) == 1 and not frames):
+            original = True
+        elif line.startswith((" ", "\t")) and line.strip():
+            pass  # an indented line of a multi-line message, or the frames of a quoted worker traceback
+        elif original and _EXC_LINE.match(line.strip()):
+            message.append(line)
+            original = False
+            j += 1
+            continue
+        else:
+            break
+        message.append(line)
+        j += 1
+    return frames, message, j
+
+
+def _exc(frames: list, message: list, traceback: bool = True) -> _Exc:
+    """The exception a traceback's frames and message lines print (with ``traceback`` False: its message only)."""
+    head = message[0].strip() if message else ""
+    m = _EXC_LINE.match(head) or (_NAMED_LINE.match(head) if traceback else None)
+    if m:
+        kind, first = m.group(1).rsplit(".", 1)[-1], (m.group(2) or "")
+    else:
+        kind, first = "?", head
+    text = "\n".join([first, *message[1:]]).strip()
+    return _Exc(kind, text, "\n".join([HEADER, *frames, *message]) if traceback else "", None, "ended")
+
+
+def printed_chains(text: str, headless: bool = True) -> list:
+    """Every exception chain printed in ``text`` as ``(line index, [_Exc, ...] outermost first)``, in order.
+
+    A chain is one or more tracebacks joined by Python's "The above exception ..." lines. With ``headless``, a
+    traceback whose top was cut off (frames, then the exception line, with no header) and a lone ``Type:
+    message`` line of a DataLoader message (pytest's ``E`` lines, a chat paste) count as one-link chains."""
+    lines = text.split("\n")
+    out, i, used = [], 0, set()
+    while i < len(lines):
+        if lines[i].strip() == HEADER:
+            start, chain, link = i, [], None
+            while i < len(lines) and lines[i].strip() == HEADER:
+                frames, message, i = _segment(lines, i)
+                e = _exc(frames, message)
+                e.link = link
+                chain.append(e)
+                used.update(range(start, i))
+                k = i
+                while k < len(lines) and not lines[k].strip():
+                    k += 1
+                if k < len(lines) and lines[k].strip() in _LINKS:
+                    link = _LINKS[lines[k].strip()]
+                    i = k + 1
+                    while i < len(lines) and not lines[i].strip():
+                        i += 1
+                else:
+                    break
+            chain.reverse()  # printed oldest first: the one that ended the process first here
+            for n, e in enumerate(chain):
+                e.link = None if n == 0 else (chain[n - 1].link or "cause")
+            chain[0].link = None
+            chain[0].ignored = _after_ignored(lines, start)
+            out.append((start, chain))
+        else:
+            i += 1
+    if headless:
+        out += _headless(lines, used)
+        out.sort(key=lambda pair: pair[0])
+    return out
+
+
+def last_chain(text: str) -> list:
+    """The last exception chain printed in ``text`` with its traceback header, outermost first; [] if none."""
+    chains = printed_chains(text, headless=False)
+    return chains[-1][1] if chains else []
+
+
+def _after_ignored(lines: list, start: int) -> bool:
+    """Is the traceback at ``lines[start]`` one Python reports as ignored (an exit handler's, a ``__del__``'s):
+    printed after the script's own end, for an exception that ended nothing?"""
+    k = start - 1
+    while k >= 0 and not lines[k].strip():
+        k -= 1
+    return k >= 0 and lines[k].lstrip().startswith("Exception ignored in")
+
+
+def _headless(lines: list, used: set) -> list:
+    """One-link chains from exception lines outside any traceback: a cut top, pytest's E lines, a paste."""
+    out = []
+    for i, line in enumerate(lines):
+        if i in used or line.startswith((" ", "\t")):
+            continue
+        if not _loaderish(line):
+            continue
+        typed = _TYPED.search(line)  # "Error : RuntimeError: ...": the exception line after a logger's words
+        if typed and typed.start():
+            line = line[typed.start():]
+        m = _EXC_LINE.match(line.strip())
+        if not m:
+            continue
+        k, frames = i - 1, []
+        while k >= 0 and k not in used and (lines[k].startswith((" ", "\t")) or _PYTEST_FRAME.match(lines[k])):
+            p = _PYTEST_FRAME.match(lines[k])
+            frames.insert(0, f'  File "{p.group(1)}", line {p.group(2)}, in {p.group(3)}' if p else lines[k])
+            k -= 1
+        frames_seen = [f for f in frames if _FRAME.match(f)]
+        message = [line]
+        j = i + 1
+        while j < len(lines) and j not in used and (lines[j].startswith((" ", "\t", vocab.ORIGINAL))
+                                                    or (message[-1].startswith((" ", "\t"))
+                                                        and _EXC_LINE.match(lines[j].strip()))):
+            message.append(lines[j])
+            j += 1
+        used.update(range(k + 1, j))
+        out.append((i, [_exc(frames, message, bool(frames_seen))]))
+    return out
+
+
+def _loaderish(text: str) -> bool:
+    """Does this line carry a DataLoader or resource message the rules read (PyTorch's name the DataLoader)?"""
+    return "DataLoader" in text or any(regex.search(text) for regex in (vocab.PIN_DIED, vocab.SHM, vocab.FD_EXACT,
+                                                                        vocab.GUARD, vocab.MAIN_ATTR))
+
+
+
 # =========================================================================== origin
 def _through_loader(e: _Exc) -> Optional[bool]:
-    """Did this exception come out of the DataLoader (its iterator, its worker start, a re-raise)?
-
-    True for what the bootstrap caught escaping ``iter()``/``next()``, for any traceback with a frame
-    of torch.utils.data, and for one through torch's tensor sharing (``torch.multiprocessing.reductions``,
-    how a worker's batch reaches the main process); False for a traceback without one; None when there
-    is no traceback at all (an exception built by hand: only its message is left to judge).
-    """
+    """Did this exception come out of the DataLoader (its iterator, its worker start, torch's tensor sharing, a
+    re-raise)? None without a traceback (an exception built by hand: only its message is left to judge)."""
     if e.origin in ("next", "init", "quoted"):
         return True
     if not e.frames:
@@ -307,7 +416,7 @@ def _through_loader(e: _Exc) -> Optional[bool]:
 
 
 # =========================================================================== stderr, by who printed it
-_EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(:|$)")  # 'RuntimeError: ...', 'KeyboardInterrupt', 'mod.Error:'
+_EXC_START = re.compile(r"[A-Za-z_][\w.]*(:|$)")  # 'RuntimeError: ...', 'KeyboardInterrupt', 'mod.Error:'
 
 
 def _tracebacks(text: str) -> list:
@@ -341,7 +450,7 @@ def _tracebacks(text: str) -> list:
             # its indent apart from its text, so the other process's line can land between them: a piece
             # that is no exception line (the text of a `raise` line, a row of carets) is skipped, up to three
             for _ in range(3):
-                if j < len(lines) and lines[j].strip() and not _EXC_LINE.match(lines[j].strip()):
+                if j < len(lines) and lines[j].strip() and not _EXC_START.match(lines[j].strip()):
                     body.append(lines[j])
                     j += 1
             # a multi-line message (the guard's text) continues on indented lines after the type line
@@ -366,89 +475,28 @@ def _tracebacks(text: str) -> list:
     return out
 
 
+#: the kind of process whose frames a printed traceback shows, first match wins (else "other")
+_PRINTED_BY = (("child_start", r"multiprocessing[/\\](spawn|forkserver)\.py\", line \d+, in (_main|spawn_main|main)"),
+               ("worker", r"torch[/\\]utils[/\\]data[/\\]_utils[/\\]worker\.py"),
+               ("feeder", r"multiprocessing[/\\](queues|resource_sharer)\.py\", line \d+, in (_feed|_serve)"),
+               ("mp_child", r"multiprocessing[/\\]process\.py\", line \d+, in _bootstrap"))
+
+
 def _printed(stderr: str) -> list:
-    """Tracebacks in stderr, each with the kind of process its frames show printed it."""
-    out = []
-    for body, last in _tracebacks(stderr):
-        if re.search(r"multiprocessing[/\\](spawn|forkserver)\.py\", line \d+, in (_main|spawn_main|main)",
-                     body):
-            who = "child_start"
-        elif re.search(r"torch[/\\]utils[/\\]data[/\\]_utils[/\\]worker\.py", body):
-            who = "worker"
-        elif re.search(r"multiprocessing[/\\](queues|resource_sharer)\.py\", line \d+, in (_feed|_serve)", body):
-            who = "feeder"
-        elif re.search(r"multiprocessing[/\\]process\.py\", line \d+, in _bootstrap", body):
-            who = "mp_child"
-        else:
-            who = "other"
-        out.append(_Printed(who, body, last))
-    return out
-
-
-_WHO = {"child_start": "a spawned child printed while starting", "worker": "a worker printed",
-        "feeder": "a multiprocessing helper thread (queue feeder, fd sharer) printed",
-        "mp_child": "a child process printed"}
-
-
-
-# =========================================================================== printed chains
-_TR_LINK = {"The above exception was the direct cause of the following exception:": "cause",
-            "During handling of the above exception, another exception occurred:": "context"}
-
-
-def _last_printed_chain(text: str) -> list:
-    """The last exception chain Python printed in ``text``, as ``_Exc`` (the one that ended it first)."""
-    lines = text.splitlines()
-    starts = [i for i, ln in enumerate(lines) if ln.strip() == "Traceback (most recent call last):"]
-    if not starts:
-        return []
-    first = starts[-1]
-    for i in reversed(starts[:-1]):  # walk back over tracebacks joined by "The above exception ..."
-        if not any(ln.strip() in _TR_LINK for ln in lines[i:first]):
-            break
-        first = i
-    segments, links, cur = [], [], None
-    for ln in lines[first:]:
-        if ln.strip() == "Traceback (most recent call last):":
-            cur = {"frames": [], "message": []}
-            segments.append(cur)
-        elif ln.strip() in _TR_LINK:
-            links.append(_TR_LINK[ln.strip()])
-            cur = None
-        elif cur is not None:
-            if not cur["message"] and (ln.startswith((" ", "\t")) or not ln.strip()):
-                cur["frames"].append(ln)
-            else:
-                cur["message"].append(ln)
-    chain = []
-    for seg in segments:
-        msg = "\n".join(seg["message"]).strip()
-        head = msg.splitlines()[0] if msg else ""
-        kind, sep, rest = head.partition(":")
-        kind = kind.strip().rsplit(".", 1)[-1]
-        if not sep and re.fullmatch(r"\w+", head.strip()):
-            kind, rest = head.strip().rsplit(".", 1)[-1], ""
-        elif not kind or " " in kind:
-            kind, rest = "?", head
-        message = "\n".join([rest.strip(), *msg.splitlines()[1:]]).strip()
-        tb = "\n".join(["Traceback (most recent call last):", *seg["frames"], msg])
-        chain.append(_Exc(kind, message, tb, None, "ended"))
-    chain.reverse()  # printed oldest first; the one that ended the rank is first here
-    for n in range(1, len(chain)):
-        chain[n].link = links[len(chain) - 1 - n] if len(chain) - 1 - n < len(links) else "cause"
-    return chain
+    """``(who, last line)`` of each traceback in stderr: the kind of process its frames show printed it."""
+    return [(next((who for who, regex in _PRINTED_BY if re.search(regex, body)), "other"), last)
+            for body, last in _tracebacks(stderr)]
 
 
 def _worker_pids_named(chain: list) -> list:
-    pids: list = []
-    for e in chain:
-        for regex in (vocab.KILLED, vocab.EXIT_CODE):
-            m = regex.match(e.head)
-            if m and int(m.group(1)) not in pids:
-                pids.append(int(m.group(1)))
-        m = vocab.DIED.match(e.head)
-        if m:
-            pids += [int(p) for p in m.group(1).replace(" ", "").split(",") if p and int(p) not in pids]
-    return pids
+    return vocab.worker_pids("\n".join(e.head for e in chain))
 
 
+def workers_named(chain: list, codes: Optional[dict] = None) -> list:
+    """The DataLoader workers PyTorch's messages in ``chain`` name (their exit statuses from ``codes``, where the
+    record has them); one worker of unknown pid where only a worker's error quoted in it says there were some."""
+    pids = _worker_pids_named(chain) or vocab.worker_pids("\n".join(e.message or "" for e in chain))
+    if not pids and any("worker process" in e.head or vocab.OLD_WRAPPER.match((e.message or "").strip())
+                        for e in chain):
+        pids = [None]
+    return [ProcessInfo(pid, role="dataloader_worker", exitcode=(codes or {}).get(pid)) for pid in pids]

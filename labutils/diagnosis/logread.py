@@ -7,6 +7,10 @@ for the words of a failure, and only the lines around each hit are kept, with th
 shown them: ANSI colours removed, a carriage-return-rewritten line (tqdm) reduced to what it ended as, and
 the prefixes that launchers and wrappers put before each line (``[rank1]:``, ``[1,3]<stderr>:``,
 ``[default0]:``, pytest's ``E   ``, ``0: `` of ``srun --label``) taken off.
+
+Then its evidence: the primary failure among the chains printed in it, the worker pids PyTorch names, and the
+platform's words about a kill (the kernel's OOM line, Slurm's oom_kill, Kubernetes' OOMKilled, a shell's
+``Killed``). A log proves less than a run; what its text cannot decide stays below ``high`` confidence.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 from typing import Iterable, Union
+
+from . import messages as vocab
+from .evidence import _Facts, printed_chains, quoted, with_quoted, worker_death_kind, workers_named
 
 CHUNK = 8 << 20
 BEFORE = 8 << 10  # bytes kept before a hit (the head of a traceback whose last line is the hit)
@@ -111,7 +118,6 @@ class _Excerpts:
     def __init__(self) -> None:
         self.first: list = []
         self.last: list = []
-        self.dropped = 0
         self.kept = 0
 
     def add(self, start: int, data: bytes) -> None:
@@ -126,9 +132,7 @@ class _Excerpts:
             pool.append((start, data))
         self.kept += len(data)
         while self.last and (len(self.last) > KEEP_LAST or self.kept > MAX_KEPT):
-            gone = len(self.last.pop(0)[1])
-            self.dropped += gone
-            self.kept -= gone
+            self.kept -= len(self.last.pop(0)[1])
 
     def pieces(self) -> list:
         return self.first + self.last
@@ -151,48 +155,48 @@ def _windows(chunk: bytes) -> list:
     return out
 
 
-def _stream(fh, name: str, excerpts: _Excerpts, log: LogText) -> bytes:
-    """Read ``fh`` chunk by chunk into ``excerpts``; returns the last :data:`TAIL` bytes."""
+def _stream(fh, name: str, log: LogText) -> str:
+    """Read ``fh`` chunk by chunk and keep the lines around each hit and the last :data:`TAIL` bytes: the text
+    kept, with a line where bytes were left out."""
     head = fh.read(65536)
     if _is_binary(head):
         raise LogError(f"{name}: a binary file, not a log (give the text the job printed: its stdout/stderr)")
     decoder = None
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # PowerShell's `>` writes UTF-16
         decoder = codecs.getincrementaldecoder("utf-16")()
-    offset, carry, tail = 0, b"", b""
-    data = head
-    while data:
+    excerpts, offset, carry, tail, data = _Excerpts(), 0, b"", b"", head
+    while data or carry:
         if decoder is not None:
             data = decoder.decode(data).encode("utf-8")
         log.bytes_read += len(data)
         block = carry + data
-        cut = block.rfind(b"\n") + 1
+        cut = block.rfind(b"\n") + 1 if data else len(block)  # at the end, the last line even without its \n
         if cut == 0 and len(block) < CHUNK:
             carry = block
         else:
-            cut = cut or len(block)
-            whole, carry = block[:cut], block[cut:]
-            log.lines_read += whole.count(b"\n")
+            whole, carry = block[:cut or len(block)], block[cut or len(block):]
+            log.lines_read += whole.count(b"\n") + (not data)
             for a, b in _windows(whole):
                 excerpts.add(offset + a, whole[a:b])
             tail = (tail + whole)[-TAIL:]
             offset += len(whole)
-        data = fh.read(CHUNK)
-    if carry:
-        log.lines_read += 1
-        for a, b in _windows(carry):
-            excerpts.add(offset + a, carry[a:b])
-        tail = (tail + carry)[-TAIL:]
-        offset += len(carry)
+        data = fh.read(CHUNK) if data else b""
     if tail:
         excerpts.add(max(0, offset - len(tail)), tail)
-    return tail
-
-
-def _decode(data: bytes, log: LogText) -> str:
-    text = data.decode("utf-8", errors="replace")
-    log.replaced += text.count("\ufffd") - data.count("\ufffd".encode())
-    return text
+    pieces, end = [], 0
+    for start, data in excerpts.pieces():
+        if start > end:
+            log.bytes_skipped += start - end
+            if pieces:
+                pieces.append(f"[... {start - end} bytes of {name} not kept: no failure words in them ...]")
+        text = data[max(0, end - start):].decode("utf-8", errors="replace")
+        log.replaced += text.count("\ufffd") - data.count("\ufffd".encode())
+        pieces.append(clean_text(text))
+        end = max(end, start + len(data))
+    if not pieces and log.bytes_read == 0:
+        log.notes.append(f"{name}: empty")
+    log.names.append(name)
+    return "\n".join(pieces)
 
 
 def read_logs(sources: Iterable[Union[str, bytes]], *, texts: Iterable[str] = ()) -> LogText:
@@ -210,25 +214,12 @@ def read_logs(sources: Iterable[Union[str, bytes]], *, texts: Iterable[str] = ()
     for source in sources:
         fh, name = _open(source)
         try:
-            excerpts = _Excerpts()
-            _stream(fh, name, excerpts, log)
+            parts.append(_stream(fh, name, log))
         except OSError as exc:
             raise LogError(f"{name}: cannot read it ({exc.strerror or exc})") from None
         finally:
             if source != "-":
                 fh.close()
-        log.names.append(name)
-        pieces, end = [], 0
-        for start, data in excerpts.pieces():
-            if start > end:
-                log.bytes_skipped += start - end
-                if pieces:
-                    pieces.append(f"[... {start - end} bytes of {name} not kept: no failure words in them ...]")
-            pieces.append(clean_text(_decode(data[max(0, end - start):], log)))
-            end = max(end, start + len(data))
-        if len(excerpts.pieces()) == 0 and log.bytes_read == 0:
-            log.notes.append(f"{name}: empty")
-        parts.append("\n".join(pieces))
     log.text = "\n".join(p for p in parts if p)
     if log.replaced:
         log.notes.append(f"{log.replaced} bytes were not UTF-8 and were read as U+FFFD")
@@ -242,13 +233,114 @@ def read_text(text: str) -> LogText:
     """A pasted string, cleaned as :func:`read_logs` cleans a file."""
     if not isinstance(text, str):
         raise TypeError(f"read_text() takes a str, not {type(text).__name__}")
-    big = len(text) > CHUNK
-    if big:  # a huge string: read it as a stream of its own bytes, with the same excerpts as a file
+    if len(text) > CHUNK:  # a huge string: read it as a stream of its own bytes, with the same excerpts as a file
         log = LogText()
-        excerpts = _Excerpts()
-        _stream(io.BytesIO(text.encode("utf-8", errors="replace")), "text", excerpts, log)
-        log.names.append("text")
-        log.text = "\n".join(clean_text(_decode(d, log)) for _, d in excerpts.pieces())
+        log.text = _stream(io.BytesIO(text.encode("utf-8", errors="replace")), "text", log)
         return log
     return read_logs((), texts=[text]) if text.strip() else LogText(names=["text"])
 
+
+# =========================================================================== the evidence of a log's text
+# the platform's words
+KERNEL_OOM = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (\d+) \(([^)]*)\)")
+KERNEL_OOM_TASK = re.compile(r"oom-kill:.*?task=([^,\s]+),pid=(\d+)")
+SLURM_OOM = re.compile(r"slurmstepd(?:-[\w.-]+)?: error: Detected (\d+) oom[-_]kill events?")
+K8S_OOM = re.compile(r"\bOOMKilled\b")
+K8S_137 = re.compile(r"Exit Code:\s*137\b|exit code:? 137\b|exited with code 137\b", re.I)
+SHELL_SIGNAL = re.compile(r"^(?:.*: line \d+: +\d+ |\[\d+\]\+? +)?(Killed|Segmentation fault|Bus error|Aborted|"
+                          r"Floating point exception|Illegal instruction|Terminated)(?: \(core dumped\))?"
+                          r"(?:\s+\S.*)?$", re.M)
+
+
+# =========================================================================== ranking: the primary failure
+def _score(chain: list) -> int:
+    """2: a DataLoader failure of its own (a worker's error, a death with its reason, a resource message);
+    1: an echo of a death or frames of the DataLoader; 0: nothing of the loader."""
+    best = 0
+    own = "\n".join(e.traceback.split(vocab.ORIGINAL)[0] for e in chain)  # not a quoted worker traceback
+    if re.search(r", in (_main|spawn_main|_worker_loop|_bootstrap)$", own, re.M):
+        return 0  # a child printed it (a spawn child starting, a worker): evidence beside the failure, not it
+    for e in chain:
+        inner = quoted(e) or e
+        kind = worker_death_kind(inner)
+        if kind in ("killed", "exitcode") or vocab.WRAPPER.match((inner.message or "").strip()) \
+                or vocab.OLD_WRAPPER.match((inner.message or "").strip()) or vocab.TIMEOUT.match(inner.head):
+            return 2
+        if vocab.SHM.search(inner.message or "") or vocab.FD_EXACT.search(inner.message or "") \
+                or vocab.GUARD.search(inner.message or "") or vocab.MAIN_ATTR.search(inner.message or ""):
+            return 2
+        if kind or "loader" in e.kinds:
+            best = 1
+    return best
+
+
+def primary(chains: list) -> tuple:
+    """``(the primary chain, the others)``: the last chain with the most to say about the DataLoader, of those
+    not reported as ignored (at exit, multiprocessing's handler stops the workers still alive, and PyTorch's
+    SIGCHLD handler can raise inside it: "Exception ignored in atexit callback", a kill by SIGTERM that the
+    exiting main process sent itself, after the failure)."""
+    if not chains:
+        return [], []
+    ranked = max(range(len(chains)), key=lambda n: (not chains[n][1][0].ignored, _score(chains[n][1]), n))
+    return chains[ranked][1], [c for n, (_, c) in enumerate(chains) if n != ranked]
+
+
+# =========================================================================== platform words
+def platform(text: str) -> dict:
+    """The platform's own words about kills in ``text``: kernel OOM lines (pid -> line), Slurm's oom_kill
+    events, Kubernetes' OOMKilled / exit code 137, and the signal a shell printed for the main process."""
+    kernel = {}
+    for m in KERNEL_OOM.finditer(text):
+        kernel.setdefault(int(m.group(1)), m.group(0))
+    for m in KERNEL_OOM_TASK.finditer(text):
+        kernel.setdefault(int(m.group(2)), m.group(0))
+    slurm = SLURM_OOM.search(text)
+    shell = SHELL_SIGNAL.search(text)
+    return {"kernel": kernel, "slurm": slurm.group(0) if slurm else None,
+            "k8s_oom": bool(K8S_OOM.search(text)), "k8s_137": bool(K8S_137.search(text)),
+            "shell": shell.group(1) if shell else None, "shell_line": shell.group(0).strip() if shell else None}
+
+
+def memory_words(words: dict) -> list:
+    """Lines of the platform that say a kill was for memory."""
+    out = [f"the kernel log in the text: {line}" for line in words["kernel"].values()]
+    if words["slurm"]:
+        out.append(f"Slurm: {words['slurm']}")
+    if words["k8s_oom"]:
+        out.append("Kubernetes: the container's last state is OOMKilled")
+    return out
+
+
+def cut_before_its_error(chain: list) -> bool:
+    """The traceback stops before its exception line (pasted cut at the bottom): its error is not in the text."""
+    return bool(chain) and chain[0].type == "?" and not (chain[0].message or "").strip()
+
+
+def reruns_main(chain: list) -> bool:
+    """A spawned child's traceback that runs the script's top level again (multiprocessing's
+    ``_fixup_main_from_path``, then the script's ``<module>``): what a script without a main guard does."""
+    text = "\n".join(e.traceback for e in chain)
+    i = text.find("in _fixup_main_from_path")
+    return i >= 0 and ", in <module>" in text[i:]
+
+
+def facts_from_text(text: str) -> tuple:
+    """``(_Facts, the other chains, platform words)`` of a cleaned log text."""
+    chains = printed_chains(text)
+    main, others = primary(chains)
+    words = platform(text)
+    facts = _Facts(source="log", outcome="failed" if main else None, stderr=text)
+    facts.ended = with_quoted(main)
+    facts.workers = workers_named(facts.ended)
+
+    def kernel_record(pids, since=None):
+        lines = [words["kernel"][p] for p in pids if p in words["kernel"]]
+        return {"lines": lines} if lines else None
+
+    facts.kernel_record = kernel_record
+    if not main:
+        signal_word = words["shell"] or ("Killed" if words["k8s_oom"] or words["k8s_137"] else None)
+        sig = vocab.signal_from_word(signal_word) if signal_word else None
+        if sig:
+            facts.outcome, facts.main_signal, facts.returncode = "failed", sig, -sig
+    return facts, others, words

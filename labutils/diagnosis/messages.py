@@ -1,15 +1,10 @@
 """PyTorch's words for a DataLoader failure, in one place: the messages it raises and prints, the echoes of a
 worker's death (the exception types and frames a fetch from a dead worker fails in), and the signal words.
 
-Every reader of a death uses these: the notebooks' checks (:mod:`labutils.kit.deaths`,
-:mod:`labutils.kit.measure`), the diagnosis of a run or an exception, and the diagnosis of a log's text.
-Patterns match a message's stable parts, so that they hold for the wordings of torch 0.4 to 2.x; where an
-older release worded a message differently, its wording is a second alternative of the same pattern.
-A pattern is used with ``.match`` on a message's first line (anchored at its start) or ``.search`` in a
-text (a log, a message that quotes another).
-
-Signal words are the C library's (``signal.strsignal``), which is exactly what PyTorch's SIGCHLD handler
-prints (``is killed by signal: Killed.``); names are ``signal.Signals``'.
+Every reader of a death uses these: the notebooks' checks (:mod:`labutils.kit.deaths`), the diagnosis of a
+run, an exception or a log. Patterns match a message's stable parts, for the wordings of torch 0.4 to 2.x (an
+older wording is a second alternative), with ``.match`` on a message's first line or ``.search`` in a text.
+Signal words are ``signal.strsignal``'s, exactly what PyTorch's SIGCHLD handler prints (``Killed``).
 """
 
 from __future__ import annotations
@@ -17,8 +12,6 @@ from __future__ import annotations
 import re
 import signal
 from typing import Optional
-
-from ..runner.result import signal_name  # SIGKILL for 9; 'signal N' for a number with no name
 
 # --------------------------------------------------------------------------- a worker's death
 #: the status check's generic line: ``DataLoader worker (pid(s) 12, 13) exited unexpectedly``
@@ -111,11 +104,6 @@ def is_echo_traceback(etype: str, traceback: str) -> bool:
 #: the signals that mean native code crashed (a bug in C/C++, not a kill from outside)
 NATIVE_SIGNALS = frozenset(int(s) for s in (signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGILL,
                                             signal.SIGTRAP, signal.SIGSYS))
-
-
-def signal_word(num: int) -> str:
-    """What PyTorch's handler prints for signal ``num`` (``Killed`` for 9): ``signal.strsignal``'s words."""
-    return signal.strsignal(num) or signal_name(num)
 
 
 def signal_from_word(word: str) -> Optional[int]:

@@ -1,5 +1,9 @@
 """The Diagnosis: a cause of the catalogue, its confidence, the evidence, the texts left unexplained, the
-fixes; and where the failing process sits in the run's process tree."""
+fixes; where the failing process sits in the run's process tree; and what the record cannot prove about a
+cause, with the one command that decides it on the job's machine.
+
+A log proves what it shows: a SIGKILL, not who sent it; a bus error, not whether /dev/shm was full. A run
+proves more (exit statuses, the watchdog, the kernel's record), but not always the sender of a kill."""
 
 from __future__ import annotations
 
@@ -8,22 +12,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..machine import probes
-from .causes import LOADER_CAUSES, fixes_for
+from .causes import LOADER_CAUSES
 
 
 # =========================================================================== public result type
 @dataclass
 class Diagnosis:
-    """The cause of a run or exception, with the evidence used and the fixes.
-
-    ``cause`` is one of :data:`CAUSES` (or ``unsupported`` / ``unknown``); ``confidence`` is
-    ``"high"`` (structured evidence: exit codes, signals, PyTorch's own messages where PyTorch raised
-    them, the memory watchdog or the kernel's OOM record), ``"medium"`` (a message without its origin,
-    a child's stderr traceback) or ``"low"`` (a fallback: a bare hang, a SIGKILL with no memory
-    evidence); ``source`` is ``"run"`` for a RunResult, ``"exception"`` for a live exception
-    and ``"log"`` for a log's text.
-    ``recovered`` is True when the script caught the failure and finished anyway.
-    """
+    """The cause of a run, an exception or a log (``source``: ``run``, ``exception``, ``log``), one of
+    :data:`CAUSES` or ``unsupported``/``unknown``, with the evidence used and the fixes. ``confidence`` is
+    ``high`` for structured evidence (exit statuses, PyTorch's own messages where it raised them, the watchdog,
+    the kernel's OOM record), ``medium`` for a message without its origin, ``low`` for a fallback (a bare hang,
+    a SIGKILL with no memory evidence). ``recovered``: the script caught the failure and finished anyway."""
 
     cause: str
     summary: str
@@ -60,22 +59,16 @@ class Diagnosis:
 
     def __str__(self) -> str:
         lines = [f"cause: {self.cause} ({self.confidence} confidence)", f"  {self.summary}"]
-        if self.evidence:
-            lines.append("evidence:")
-            lines.extend(f"  - {e}" for e in self.evidence)
-        if self.unexplained:
-            lines.append("not explained by this cause:")
-            lines.extend(f"  - {t}" for t in self.unexplained)
-        if self.proves:
-            lines.append("what this proves:")
-            lines.extend(f"  - {t}" for t in self.proves)
+        for title, items in (("evidence", self.evidence), ("not explained by this cause", self.unexplained),
+                             ("what this proves", self.proves)):
+            if items:
+                lines += [f"{title}:", *(f"  - {x}" for x in items)]
         if self.cannot_prove:
             lines.append(f"what it cannot prove: {self.cannot_prove}")
         if self.decide_with:
             lines.append(f"to decide it, run on the job's machine: {self.decide_with}")
         if self.fixes:
-            lines.append("fixes:")
-            lines.extend(f"  - {f}" for f in self.fixes)
+            lines += ["fixes:", *(f"  - {f}" for f in self.fixes)]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -93,12 +86,49 @@ class Diagnosis:
                 + "</div>")
 
 
-def _fixes(cause: str, variant: Optional[str] = None) -> list:
-    return fixes_for(cause, variant)
+# =========================================================================== what the record cannot prove
+SCRIPT = "python -m labutils diagnose SCRIPT"
+
+#: cause -> (what the text alone cannot prove, the command that decides it on the job's machine)
+OPEN: dict = {
+    "oom_killed": ("who sent the SIGKILL: the kernel's OOM killer (memory), or a kill -9, a scheduler's "
+                   "preemption, timeout -s KILL",
+                   "dmesg -T | grep -iE 'killed process|out of memory'  (or the cgroup's memory.events: "
+                   "grep oom_kill /sys/fs/cgroup/memory.events)"),
+    "shm_exhausted": ("whether /dev/shm was really full: a bus error also comes from a memory-mapped file "
+                      "cut short under its reader, and then the cause is native_crash", "df -h /dev/shm"),
+    "fd_limit": ("whether the open-files limit was low or the code leaked descriptors", "ulimit -n"),
+    "fork_refused": ("which limit refused the process (tasks, memory)",
+                     "ulimit -u; cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids.current"),
+    "native_crash": ("which native library crashed, and on which sample",
+                     "PYTHONFAULTHANDLER=1 " + SCRIPT),
+    "worker_exit": ("why the worker exited (its own exit call, a library, a signal the text does not show)",
+                    SCRIPT),
+    "hang": ("where the processes were stuck", "python -m labutils diagnose --stall 60 SCRIPT  (or py-spy dump "
+                                               "--pid PID)"),
+}
+
+
+#: a worker's death named only by the status check's generic line (no exit code, no signal: forkserver and
+#: spawn workers are not the main process's children, and the OOM killer's SIGKILL reads the same): memory first
+GENERIC_DEATH = ("how the worker ended: the generic message carries no exit status; most often it is a SIGKILL "
+                 "by the kernel's OOM killer (oom_killed), else the worker's own exit (worker_exit) or another "
+                 "signal", OPEN["oom_killed"][1])
+
+
+def open_question(cause: str, confidence: str) -> tuple:
+    """``(what cannot be proved, deciding command)`` for a cause not decided with high confidence, else
+    ``("", None)``; the command is the re-run under the lab where no sharper one exists."""
+    if confidence == "high":
+        return "", None
+    return OPEN.get(cause, ("the cause: nothing in the record decides it", SCRIPT))
 
 
 # =========================================================================== environment probes
-def environment_probes(options: Optional[dict] = None, iters: Optional[list] = None,
-                       live: bool = False) -> list:
-    """Short lines about this machine (and a run's limits) that bear on DataLoader failures."""
-    return probes.environment_lines(options, iters, live)
+def probe_lines(facts) -> list:
+    """Short lines about this machine (and a run's limits) that bear on DataLoader failures; probes are extra,
+    so one that fails is a line of evidence, never an error of the diagnosis."""
+    try:
+        return probes.environment_lines(facts.options, facts.iters, facts.source == "exception")
+    except Exception as exc:  # noqa: BLE001
+        return [f"environment probes failed: {exc!r}"]

@@ -9,17 +9,14 @@ lock, a lambda) fails the whole start with ``TypeError: cannot pickle '...' obje
     >>> find_unpicklable(dataset, "dataset")
     [Blocker(path='dataset.conn', type_name='sqlite3.Connection', reason="cannot pickle ...")]
 
-Strategy (kept fast on big datasets): pickle the whole object once; if that works, there is nothing to
-report. Otherwise descend the way pickle itself would (``__reduce_ex__``, ``__getstate__``, slots,
-containers), but pickle each container as a whole first and descend only into the parts that fail.
-Big sequences are bisected, so one bad item among 1M costs about 40 pickle calls, not 1M.
+Kept fast on big datasets: the whole object is pickled once, and only what fails is descended into, the way
+pickle itself would (``__reduce_ex__``, ``__getstate__``, slots, containers); big sequences are bisected.
 """
 
 from __future__ import annotations
 
 import copyreg
 import functools
-import os
 import pickle
 import socket
 import sys
@@ -28,7 +25,9 @@ from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Optional
 
-__all__ = ["Blocker", "BlockerList", "find_unpicklable", "format_blockers", "main_is_importable"]
+from ..machine.probes import main_importable
+
+__all__ = ["Blocker", "BlockerList", "find_unpicklable", "format_blockers"]
 
 # Protocol 5 with a buffer_callback lets numpy arrays and other PickleBuffer users go out of band, so a
 # probe does not copy gigabytes of array data. It judges the same objects as the default protocol.
@@ -37,22 +36,14 @@ _LEAF_RUN = 8  # sequences this short are checked item by item instead of bisect
 _MAX_DEPTH = 100
 _ATOMIC = (int, float, complex, str, bytes, bool, type(None))
 
-_MAIN_REASON = (
-    "defined in __main__; spawn/forkserver workers cannot import it from a notebook or `python -c`"
-)
+_MAIN_REASON = "defined in __main__; spawn/forkserver workers cannot import it from a notebook or `python -c`"
 
 
 @dataclass(frozen=True)
 class Blocker:
-    """One attribute path that stops pickling.
-
-    Attributes:
-        path: where it sits, from the name given to :func:`find_unpicklable`, e.g. ``dataset.cache._lock``.
-        type_name: the offending type (``_thread.lock``); for functions and classes, their qualified
-            name (``__main__.D``, ``make.<locals>.collate``), which is what has to move.
-        reason: the pickle error message (or why a ``__main__`` reference fails in a worker).
-        hint: what usually fixes this kind of blocker.
-    """
+    """One attribute path that stops pickling (``dataset.cache._lock``), the offending type (for functions and
+    classes their qualified name, ``make.<locals>.collate``: what has to move), the pickle error (or why a
+    ``__main__`` reference fails in a worker) and what usually fixes it."""
 
     path: str
     type_name: str
@@ -78,20 +69,7 @@ class BlockerList(list):
         p.text(format_blockers(self))
 
 
-def main_is_importable() -> bool:
-    """True when a spawn/forkserver child can re-import ``__main__``: it must be a real file.
-
-    False in a notebook kernel and with ``python -c`` (no ``__file__``) and with ``python - < x.py``
-    (``__file__`` is ``'<stdin>'``, which the child cannot open).
-    """
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    return bool(path) and os.path.exists(path)
-
-
-# ----------------------------------------------------------------------------------------------- probe
-
-
+# =========================================================================== probe
 def _placeholder() -> None:
     """Stands in for objects the real ForkingPickler would share (tensors, sockets) without side effects."""
 
@@ -100,10 +78,8 @@ def _safe_tensor_reduce(tensor: Any) -> tuple:
     # torch.multiprocessing.reductions.reduce_tensor moves the storage into shared memory, a side effect a
     # probe must not have. Keep only its failure condition.
     if getattr(tensor, "requires_grad", False) and not getattr(tensor, "is_leaf", True):
-        raise RuntimeError(
-            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does not "
-            "support crossing process boundaries. Call detach() on the tensor."
-        )
+        raise RuntimeError("Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does "
+                           "not support crossing process boundaries. Call detach() on the tensor.")
     return (_placeholder, ())
 
 
@@ -127,18 +103,7 @@ def _dispatch_table() -> dict:
     return table
 
 
-class _Sink:
-    """A file that drops what is written: a probe needs the verdict, not the bytes."""
-
-    def write(self, data: Any) -> int:
-        return len(data)
-
-
-_SINK = _Sink()
-
-
-def _drop_buffer(buf: Any) -> bool:
-    return False  # out of band: not copied
+_SINK = types.SimpleNamespace(write=len)  # a file that drops what is written: a probe needs the verdict
 
 
 # ForkingPickler is a pickle.Pickler whose dispatch_table is copyreg's plus its registered reducers;
@@ -147,10 +112,8 @@ class _Pickler(pickle.Pickler):
     main_refs: list
 
 
-class _MainWatchingPickler(pickle.Pickler):
+class _MainWatchingPickler(_Pickler):
     """Also records classes and functions pickled by reference to ``__main__``."""
-
-    main_refs: list
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
@@ -168,7 +131,7 @@ def _pickle_check(obj: Any, table: dict, watch_main: bool) -> Optional[_Verdict]
     """Pickle ``obj`` into a sink; return None if it pickles (and references nothing in an unimportable
     ``__main__``), else the error and the ``__main__`` references. Every probe goes through here."""
     cls = _MainWatchingPickler if watch_main else _Pickler
-    pickler = cls(_SINK, _PROTOCOL, buffer_callback=_drop_buffer)
+    pickler = cls(_SINK, _PROTOCOL, buffer_callback=lambda buf: False)  # out of band: not copied
     pickler.dispatch_table = table
     pickler.main_refs = []
     error: Optional[BaseException] = None
@@ -181,9 +144,7 @@ def _pickle_check(obj: Any, table: dict, watch_main: bool) -> Optional[_Verdict]
     return _Verdict(error, pickler.main_refs)
 
 
-# ------------------------------------------------------------------------------------------------ naming
-
-
+# =========================================================================== naming
 def _qualified(obj: Any) -> str:
     module = getattr(obj, "__module__", None) or "?"
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
@@ -191,17 +152,12 @@ def _qualified(obj: Any) -> str:
 
 
 def _type_name(obj: Any) -> str:
-    if isinstance(obj, (type, types.FunctionType)):
-        return _qualified(obj)
-    return _qualified(type(obj))
+    return _qualified(obj if isinstance(obj, (type, types.FunctionType)) else type(obj))
 
 
 def _key_text(key: Any) -> Optional[str]:
-    if isinstance(key, _ATOMIC):
-        text = repr(key)
-        if len(text) <= 60:
-            return text
-    return None
+    text = repr(key) if isinstance(key, _ATOMIC) else ""
+    return text if 0 < len(text) <= 60 else None
 
 
 def _hint(obj: Any, main: bool) -> str:
@@ -223,12 +179,10 @@ def _hint(obj: Any, main: bool) -> str:
     return "exclude it in __getstate__ or create it lazily in each worker"
 
 
-# ----------------------------------------------------------------------------------------------- search
-
-
+# =========================================================================== search
 class _Search:
     def __init__(self, check_main: bool, max_items: int, max_checks: int) -> None:
-        self.watch_main = check_main and not main_is_importable()
+        self.watch_main = check_main and not main_importable()
         self.table = _dispatch_table()
         self.max_items = max_items
         self.max_checks = max_checks
@@ -237,8 +191,6 @@ class _Search:
         self.good: set = set()
         self.bad: set = set()
         self.keep: list = []  # keeps temporaries alive so their ids are not reused mid-search
-
-    # -- probes
 
     def check(self, obj: Any) -> Optional[_Verdict]:
         if self.result.checks >= self.max_checks:
@@ -257,8 +209,6 @@ class _Search:
             self.result.append(Blocker(path, _type_name(obj), reason, _hint(obj, main)))
         else:
             self.result.more += 1
-
-    # -- traversal
 
     def visit(self, obj: Any, path: str, depth: int = 0, verdict: Optional[_Verdict] = None) -> bool:
         """Return True when ``obj`` fails (its blockers are then reported, here or below)."""
@@ -337,11 +287,7 @@ class _Search:
         if isinstance(rv, str) or not isinstance(rv, tuple):
             return  # a global reference: obj itself is the leaf
         self.keep.append(rv)
-        func, args = rv[0], rv[1] if len(rv) > 1 else ()
-        state = rv[2] if len(rv) > 2 else None
-        listitems = rv[3] if len(rv) > 3 else None
-        dictitems = rv[4] if len(rv) > 4 else None
-        setter = rv[5] if len(rv) > 5 else None
+        func, args, state, listitems, dictitems, setter = (*rv, None, None, None, None)[:6]
         args = tuple(args or ())
 
         if func is copyreg.__newobj__ and args:
@@ -428,22 +374,12 @@ def _roots(obj: Any, name: str) -> list:
     torch_data = sys.modules.get("torch.utils.data")
     loader_cls = getattr(torch_data, "DataLoader", None)
     if loader_cls is not None and isinstance(obj, loader_cls):
-        return [
-            (obj.dataset, f"{name}.dataset"),
-            (obj.collate_fn, f"{name}.collate_fn"),
-            (obj.worker_init_fn, f"{name}.worker_init_fn"),
-        ]
+        return [(getattr(obj, part), f"{name}.{part}") for part in ("dataset", "collate_fn", "worker_init_fn")]
     return [(obj, name)]
 
 
-def find_unpicklable(
-    obj: Any,
-    name: str = "obj",
-    max_items: int = 20,
-    *,
-    check_main: bool = True,
-    max_checks: int = 2000,
-) -> BlockerList:
+def find_unpicklable(obj: Any, name: str = "obj", max_items: int = 20, *, check_main: bool = True,
+                     max_checks: int = 2000) -> BlockerList:
     """Return every attribute path in ``obj`` that stops spawn/forkserver workers from receiving it.
 
     ``obj`` is judged as ``DataLoader`` judges it: with ``multiprocessing``'s ``ForkingPickler`` and the
@@ -452,12 +388,9 @@ def find_unpicklable(
     reported). A ``DataLoader`` passed as ``obj`` is expanded to its ``dataset``, ``collate_fn`` and
     ``worker_init_fn``, the three things a worker is sent.
 
-    What is followed: attributes (``__dict__``, ``__slots__``, or whatever ``__getstate__`` /
-    ``__reduce_ex__`` return, so an object whose ``__getstate__`` drops its lock is fine), dict keys
-    and values (``dataset.index['a']``), list/tuple/set items (``dataset.items[3]``), closure cells
-    of nested functions and lambdas (``collate_fn.<closure>.conn``), ``functools.partial``
-    (``.func``, ``.args[i]``, ``.keywords['k']``) and bound methods (``.__self__``). Each object is
-    visited once, so cycles terminate.
+    Paths follow what pickle pickles: attributes (whatever ``__getstate__``/``__reduce_ex__`` return, so an
+    object whose ``__getstate__`` drops its lock is fine), ``index['a']``, ``items[3]``, closure cells
+    (``collate_fn.<closure>.conn``), a partial's ``.func``/``.args[i]``, a bound method's ``.__self__``.
 
     Args:
         obj: the dataset, collate_fn, worker_init_fn or DataLoader to check.
@@ -469,12 +402,8 @@ def find_unpicklable(
         max_checks: budget of pickle calls; when spent, ``result.truncated`` is True.
 
     Returns:
-        A :class:`BlockerList` (a list of :class:`Blocker`); empty when ``obj`` can be sent to workers.
-
-    Cost: one pickle of ``obj`` when it is fine. Measured here (2-core machine shared with other jobs):
-    a dataset holding a 1M-element list (half int, half str) and one lock takes 4 pickle calls and
-    0.4 s (0.8-1.0 s at load average 7); with the lock hidden inside the 1M-element list instead,
-    36 calls and 0.4 s (1.2-3 s at load average 7). The cost is about two pickles of the data.
+        A :class:`BlockerList` (a list of :class:`Blocker`); empty when ``obj`` can be sent to workers. It
+        costs one pickle of ``obj`` when it is fine, about two where it is not.
     """
     search = _Search(check_main, max_items, max_checks)
     for root, root_name in _roots(obj, name):
@@ -490,16 +419,11 @@ def format_blockers(blockers: list) -> str:
         return "No pickling blockers: spawn/forkserver workers can receive this object."
     lines = []
     for b in blockers:
-        lines.append(str(b))
-        if getattr(b, "hint", ""):
-            lines.append(f"    fix: {b.hint}")
-    more = getattr(blockers, "more", 0)
-    if more:
-        lines.append(f"... and {more} more")
+        lines += [str(b)] + ([f"    fix: {b.hint}"] if getattr(b, "hint", "") else [])
+    if getattr(blockers, "more", 0):
+        lines.append(f"... and {blockers.more} more")
     if getattr(blockers, "truncated", False):
-        lines.append(
-            f"(search stopped after {getattr(blockers, 'checks', '?')} pickle calls; there may be more "
-            "blockers: raise max_checks to look further)"
-        )
+        lines.append(f"(search stopped after {getattr(blockers, 'checks', '?')} pickle calls; there may be more "
+                     "blockers: raise max_checks to look further)")
     return "\n".join(lines)
 

@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable, Optional
+from typing import Optional
 
+from ..runner.result import signal_name
 from . import messages as vocab
-from .causes import LOADER_CAUSES
+from .causes import LOADER_CAUSES, OTHER_SIGKILL_SENDERS
 from .evidence import (
-    _CUDA_TYPES,
-    _FORK_FUNCS,
-    _PICKLE_TYPES,
-    _RESOURCE_TYPES,
-    _THREAD_FUNCS,
-    _WHO,
+    _at,
     _Exc,
     _Facts,
     _Finding,
     _frame_kind,
     _frames,
-    _inner_line,
-    _inner_traceback,
     _printed,
     _short,
     _through_loader,
@@ -30,84 +24,101 @@ from .evidence import (
     worker_death_kind,
 )
 
+_THREAD_FUNCS = {"start", "_start_thread", "_start_new_thread", "submit", "_adjust_thread_count", "_start"}
+_FORK_FUNCS = {"_launch", "spawnv_passfds", "_Popen", "start", "_start_thread", "fork", "fork_exec"}
+# Only these exception types can carry a resource or CUDA failure; a ValueError that merely mentions
+# "Too many open files" is the user's own exception.
+_RESOURCE_TYPES = {"RuntimeError", "OSError", "PermissionError", "BlockingIOError", "ConnectionError",
+                   "FileNotFoundError", "MemoryError", "IOError"}
+_CUDA_TYPES = {"AssertionError", "RuntimeError", "AcceleratorError", "CudaError", "DeferredCudaCallError",
+               "OutOfMemoryError"}
+_PICKLE_TYPES = {"TypeError", "PicklingError", "AttributeError", "PickleError", "NotImplementedError"}
+_WHO = {"child_start": "a spawned child printed while starting", "worker": "a worker printed",
+        "feeder": "a multiprocessing helper thread (queue feeder, fd sharer) printed",
+        "mp_child": "a child process printed"}
+
+
+def _inner_traceback(message: str) -> str:
+    """The worker's traceback quoted after ``Original Traceback`` in a ``Caught X`` message."""
+    _, sep, tail = (message or "").partition("Original Traceback (most recent call last):")
+    return tail if sep else ""
+
+
+def _inner_line(message: str) -> str:
+    """The last ``Type: message`` line of the worker traceback quoted in a ``Caught X`` message."""
+    lines = [line for line in (_inner_traceback(message) or message).splitlines()
+             if line and not line[0].isspace() and not line.startswith("Traceback (")]
+    return lines[-1].strip() if lines else (message.splitlines()[0] if message else "")
+
 
 # =========================================================================== rules for one exception
 def _classify(e: _Exc, where: str, single_process: bool) -> list:
     """Findings from one exception that came through the loader (or whose origin is unknown)."""
-    msg = e.message or ""
-    head = e.head
+    msg, head = e.message or "", e.head
     bare = _through_loader(e) is None
     conf = "medium" if bare or e.origin == "quoted" else "high"
+    said = f"{where}: {e.type}: {_short(head)}"
     m = vocab.WRAPPER.match(msg.strip())
     if m:
         return [_classify_wrapper(e, m, where, conf)]
     if vocab.TIMEOUT.match(head):
-        return [_Finding("timeout", f"{where}: {e.type}: {_short(head)}", conf)]
+        return [_Finding("timeout", said, conf)]
     kind = worker_death_kind(e)
     if kind == "race":
-        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} - raised while receiving a batch from "
-                         "a worker that had already exited (its end of the fd-passing socket is gone): an echo "
-                         "of the worker's death; its exit status says why", "low", echo=True)]
+        return [_Finding("_died", said + " - raised while receiving a batch from a worker that had already exited "
+                         "(its end of the fd-passing socket is gone): an echo of the worker's death; its exit "
+                         "status says why", "low", echo=True)]
     if kind == "killed":
         km = vocab.KILLED.match(head)
-        word = km.group(2).strip()
+        word, pid = km.group(2).strip(), int(km.group(1))
         sig = vocab.signal_from_word(word)
-        text = f"{where}: PyTorch reports worker pid {km.group(1)} killed by signal: {word}"
+        text = f"{where}: PyTorch reports worker pid {pid} killed by signal: {word}"
         cause = _cause_for_signal(sig) if sig else "worker_exit"
         if sig == 9:  # PyTorch saw a SIGKILL; whether it was for memory needs memory evidence
             return [_Finding(cause, text + " (SIGKILL: the OOM killer's signal, and also that of kill -9 and "
-                             "preemptions)", "low", variant="no_memory_evidence", pid=int(km.group(1)))]
+                             "preemptions)", "low", variant="no_memory_evidence", pid=pid)]
         if sig == 15:  # PyTorch saw a SIGTERM; who sent it (a person, a launcher, a library inside) it cannot say
-            return [_Finding(cause, text, "medium" if conf == "high" else conf, detail="15", variant="sigterm",
-                             pid=int(km.group(1)))]
-        return [_Finding(cause, text, conf, detail=str(sig or ""), pid=int(km.group(1)))]
+            return [_Finding(cause, text, "medium" if conf == "high" else conf, "15", variant="sigterm", pid=pid)]
+        return [_Finding(cause, text, conf, detail=str(sig or ""), pid=pid)]
     if kind == "exitcode":
         em = vocab.EXIT_CODE.match(head)
         return [_Finding("worker_exit", f"{where}: PyTorch reports worker pid {em.group(1)} exited with exit "
                          f"code {em.group(2)}", "medium", detail=f"code {em.group(2)}")]
-    if kind == "died":
-        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} (the generic message: an echo of the "
-                         "death; the reason is in the chain below it and in the worker exit status)", "low",
-                         echo=True)]
-    if kind == "pin":
-        return [_Finding("_died", f"{where}: {e.type}: {_short(head)} (the pin-memory thread stopped because "
-                         "a worker or the loader failed first: an echo)", "low", echo=True)]
+    if kind in ("died", "pin"):
+        return [_Finding("_died", said + (" (the generic message: an echo of the death; the reason is in the chain "
+                                          "below it and in the worker exit status)" if kind == "died" else
+                                          " (the pin-memory thread stopped because a worker or the loader failed "
+                                          "first: an echo)"), "low", echo=True)]
     funcs = {f[2] for f in e.frames}
     spawn_frames = bool(e.kinds & {"mp"})
+    resource = e.type in _RESOURCE_TYPES
     if vocab.GUARD.search(msg) and (bare or spawn_frames):
-        return [_Finding("missing_main_guard", f"{where}: {e.type}: {_short(head)}", conf)]
+        return [_Finding("missing_main_guard", said, conf)]
     if vocab.MAIN_ATTR.search(msg) and (bare or spawn_frames) and e.raised_in != "user":
-        return [_Finding("main_not_importable", f"{where}: {e.type}: {_short(head)}", conf)]
-    if (e.type in _RESOURCE_TYPES and vocab.FORK_REFUSED.search(msg)
-            and (bare or (spawn_frames and funcs & _FORK_FUNCS)
-                 or (vocab.THREAD_REFUSED.search(msg) and funcs & _THREAD_FUNCS))):
+        return [_Finding("main_not_importable", said, conf)]
+    if resource and vocab.FORK_REFUSED.search(msg) and (bare or (spawn_frames and funcs & _FORK_FUNCS) or (
+            vocab.THREAD_REFUSED.search(msg) and funcs & _THREAD_FUNCS)):
         thread = "thread" in msg
-        return [_Finding("fork_refused", f"{where}: {e.type}: {_short(head)} - the kernel refused a new "
-                         + ("thread" if thread else "process") + " for the DataLoader", conf,
-                         variant="thread" if thread else None)]
-    if e.type in _RESOURCE_TYPES and vocab.SHM_GONE.search(msg):
-        return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)} - the file of a batch in flight "
-                         "was gone from /dev/shm (deleted under the loader, not a full /dev/shm)", conf,
-                         variant="removed")]
-    if e.type in _RESOURCE_TYPES and vocab.SHM.search(msg):
-        return [_Finding("shm_exhausted", f"{where}: {e.type}: {_short(head)}", conf)]
-    if e.type in _RESOURCE_TYPES and vocab.FD.search(msg):
+        return [_Finding("fork_refused", said + f" - the kernel refused a new {'thread' if thread else 'process'} "
+                         "for the DataLoader", conf, variant="thread" if thread else None)]
+    if resource and vocab.SHM_GONE.search(msg):
+        return [_Finding("shm_exhausted", said + " - the file of a batch in flight was gone from /dev/shm (deleted "
+                         "under the loader, not a full /dev/shm)", conf, variant="removed")]
+    if resource and vocab.SHM.search(msg):
+        return [_Finding("shm_exhausted", said, conf)]
+    if resource and vocab.FD.search(msg):
+        line = next((f for f in reversed(e.frames) if f[3] in ("user", "lib")), None)
         if e.raised_in in ("user", "lib") and "mp" not in e.kinds:
-            line = next((f for f in reversed(e.frames) if f[3] in ("user", "lib")), None)
-            at = f" at {os.path.basename(line[0])}:{line[1]} in {line[2]}" if line else ""
-            return [_Finding("fd_limit", f"{where}: {e.type}: {_short(head)} - raised by the Dataset's own "
-                             f"file opening{at}", conf, variant="user_leak",
-                             detail=f"{line[2]}: {line[4]}" if line else "")]
-        return [_Finding("fd_limit", f"{where}: {e.type}: {_short(head)}", conf)]
+            return [_Finding("fd_limit", said + f" - raised by the Dataset's own file opening at {_at(line)}", conf,
+                             variant="user_leak", detail=f"{line[2]}: {line[4]}")]
+        return [_Finding("fd_limit", said, conf)]
     if e.type in _CUDA_TYPES and vocab.CUDA.search(msg):
-        return [_Finding("cuda_in_worker", f"{where}: {e.type}: {_short(head)}"
-                         + (" (CUDA touched by the Dataset in the main process, num_workers=0)"
-                            if single_process and not bare else ""), conf)]
-    if (e.type in _PICKLE_TYPES and vocab.PICKLE.search(msg)
-            and (bare or (spawn_frames and funcs & {"dump", "dumps", "_launch", "start", "__init__", "_Popen",
-                                                   "reduce", "_send", "send"} and e.raised_in != "user"))):
-        return [_Finding("unpicklable_dataset", f"{where}: {e.type}: {_short(head)} (raised while sending "
-                         "the dataset/collate_fn/worker_init_fn to a new worker)", conf)]
+        return [_Finding("cuda_in_worker", said + (" (CUDA touched by the Dataset in the main process, "
+                                                   "num_workers=0)" if single_process and not bare else ""), conf)]
+    if e.type in _PICKLE_TYPES and vocab.PICKLE.search(msg) and (bare or (spawn_frames and e.raised_in != "user" and (
+            funcs & {"dump", "dumps", "_launch", "start", "__init__", "_Popen", "reduce", "_send", "send"}))):
+        return [_Finding("unpicklable_dataset", said + " (raised while sending the dataset/collate_fn/"
+                         "worker_init_fn to a new worker)", conf)]
     return []
 
 
@@ -124,13 +135,30 @@ def _classify_wrapper(e: _Exc, m, where: str, conf: str) -> _Finding:
     if inner_type in _RESOURCE_TYPES and vocab.FD.search(inner):
         last = inner_frames[-1] if inner_frames else None
         if last is not None and last[3] in ("user", "lib") and not any(f[3] == "mp" for f in inner_frames):
-            return _Finding("fd_limit", said + f" (raised at {os.path.basename(last[0])}:{last[1]} in "
-                            f"{last[2]}: the Dataset's own code opening files, not the loader's IPC)", conf,
+            return _Finding("fd_limit", said + f" (raised at {_at(last)}: the Dataset's own code opening files, "
+                            "not the loader's IPC)", conf,
                             variant="user_leak", detail=f"{last[2]}: {last[4]}" if last[4] else last[2])
         return _Finding("fd_limit", said + " (the worker ran out of file descriptors)", conf)
     if inner_type in _CUDA_TYPES and vocab.CUDA.search(inner):
         return _Finding("cuda_in_worker", said + " (CUDA used inside a DataLoader worker)", conf)
     return _Finding("worker_exception", said, conf, detail=_short(inner, 120))
+
+
+def worker_line(text: str, saw: str) -> Optional[_Finding]:
+    """The line torch's signal handler printed in a worker as it died (a segfault, a bus error), where the
+    process that owned the worker saw only an echo of the death (``saw`` says which); None without one."""
+    line = vocab.WORKER_LINE.search(text)
+    if line is None:
+        return None
+    return _Finding("shm_exhausted" if line.group(1) == "bus error" else "native_crash", f"a DataLoader worker "
+                    f"printed {line.group(0)!r} before it died ({saw})", "medium")
+
+
+def stopped_inside(text: str, stop: tuple, conf: str, pid: Optional[int]) -> _Finding:
+    """A worker's SIGTERM (``text``) that a library raised inside it, as its own ``stop`` line on stderr says."""
+    return _Finding("native_crash", f"{text}, raised inside the worker by {stop[1]}: '{stop[0]}' on stderr - the "
+                    "library's own stop of a process forked after its threads started, not a signal from outside",
+                    conf, detail="15", pid=pid)
 
 
 def _cause_for_signal(sig: Optional[int]) -> str:
@@ -148,7 +176,7 @@ def _cause_for_signal(sig: Optional[int]) -> str:
 #: a time) and a traceback's last line can be a piece of the other's, but an exception's message is one
 #: write and stays whole, so these are looked for in the whole stderr
 _INTACT = (("missing_main_guard", vocab.GUARD), ("main_not_importable", vocab.MAIN_ATTR),
-           ("fd_limit", re.compile(r"\[Errno 24\] Too many open files|received 0 items of ancdata")))
+           ("fd_limit", vocab.FD_EXACT))
 
 
 def _intact(stderr: str) -> Optional[tuple]:
@@ -163,35 +191,33 @@ def _intact(stderr: str) -> Optional[tuple]:
 def _stderr_findings(facts: _Facts) -> list:
     """Findings from tracebacks that child processes printed (each says which kind of process)."""
     found, seen = [], set()
-    for p in _printed(facts.stderr):
-        if p.who == "other" or not p.last:
+    for who, text in _printed(facts.stderr):
+        if who == "other" or not text:
             continue
-        text, cause = p.last, None
-        if vocab.THREAD_REFUSED.search(text) and p.who in ("worker", "feeder", "mp_child", "child_start"):
+        cause = None
+        if vocab.THREAD_REFUSED.search(text) and who in ("worker", "feeder", "mp_child", "child_start"):
             cause = "fork_refused"  # a thread the process needed: its queue feeder, the fd sharer, its own
         elif vocab.GUARD.search(text):
             cause = "missing_main_guard"
-        elif vocab.MAIN_ATTR.search(text) and p.who == "child_start":
-            cause = "main_not_importable"
-        elif vocab.STDIN_MAIN.search(text) and p.who == "child_start":
+        elif (vocab.MAIN_ATTR.search(text) or vocab.STDIN_MAIN.search(text)) and who == "child_start":
             cause = "main_not_importable"
         elif vocab.SHM.search(text):
             cause = "shm_exhausted"
         elif vocab.FD.search(text):
             cause = "fd_limit"
-        elif vocab.CUDA.search(text) and p.who in ("worker", "child_start", "mp_child"):
+        elif vocab.CUDA.search(text) and who in ("worker", "child_start", "mp_child"):
             cause = "cuda_in_worker"
-        elif vocab.PICKLE.search(text) and p.who in ("child_start", "feeder"):
+        elif vocab.PICKLE.search(text) and who in ("child_start", "feeder"):
             cause = "unpicklable_dataset"
         elif (whole := _intact(facts.stderr)) is not None:  # this traceback's lines were cut up by another's
             cause, text = whole
-        elif p.who == "child_start":
+        elif who == "child_start":
             cause = "worker_exit"
         if cause is None or (cause, text) in seen:
             continue
         seen.add((cause, text))
         variant = "startup" if cause == "worker_exit" else "thread" if cause == "fork_refused" else None
-        found.append(_Finding(cause, f"stderr: {_WHO[p.who]}: {_short(text)}" + (
+        found.append(_Finding(cause, f"stderr: {_WHO[who]}: {_short(text)}" + (
             " - the kernel refused a thread the process needed" if cause == "fork_refused" else ""), "medium",
             detail=text if cause == "worker_exit" else "", variant=variant))
     for m in vocab.TORCH_WARNING.finditer(facts.stderr):
@@ -204,18 +230,22 @@ def _stderr_findings(facts: _Facts) -> list:
 
 
 # =========================================================================== worker statuses and memory
+def _watchdog_mib(kill: dict) -> str:
+    return f"{(kill.get('rss') or 0) / 2**20:.0f} MiB RSS (budget {(kill.get('budget') or 0) / 2**20:.0f} MiB)"
+
+
 def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> Optional[str]:
     """Why we believe a SIGKILL of ``pid`` was for memory, or None when nothing says so."""
     for k in facts.watchdog_kills:
         if (main and k.get("main")) or (not main and k.get("pid") == pid):
-            return (f"the lab's memory watchdog SIGKILLed it at {(k.get('rss') or 0) / 2**20:.0f} MiB RSS "
-                    f"(budget {(k.get('budget') or 0) / 2**20:.0f} MiB) - its stand-in for the kernel OOM killer")
+            return f"the lab's memory watchdog SIGKILLed it at {_watchdog_mib(k)} - its stand-in for the kernel OOM " \
+                "killer"
     w = next((w for w in facts.workers if w.pid == pid), None)
-    if w is not None and w.watchdog:
+    if w is not None and w.killed_by_watchdog:
         return "the lab's memory watchdog SIGKILLed it (its stand-in for the kernel OOM killer)"
     ml = facts.memory_limit or {}
-    rec = ml.get("kernel_record") if isinstance(ml, dict) else None
-    if w is not None and w.kernel_oom and not rec:
+    rec = ml.get("kernel_record")
+    if w is not None and w.killed_by_kernel_oom and not rec:
         return "the kernel's OOM killer killed it (the run's cgroup recorded the kill)"
     if isinstance(rec, dict) and (rec.get("oom_kill") or 0) > 0:
         killed, named = kernel_killed(facts)
@@ -225,7 +255,7 @@ def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> O
                    "readable to name the pid")
             return (f"the kernel's OOM killer: the run's memory cgroup records oom_kill {rec.get('oom_kill')} "
                     f"({how}; limit {(ml.get('limit') or 0) / 2**20:.0f} MiB)")
-    limit = ml.get("limit") if isinstance(ml, dict) else None
+    limit = ml.get("limit")
     if limit and w is not None and w.peak_rss and w.peak_rss >= 0.8 * limit:
         return (f"its memory climbed to {w.peak_rss / 2**20:.0f} MiB RSS, near the run's limit of "
                 f"{limit / 2**20:.0f} MiB")
@@ -247,11 +277,10 @@ def kernel_killed(facts: _Facts) -> tuple:
     a worker that the loader stopped a moment later (exit -15, or 0). The guess is kept only for pids that
     died by SIGKILL; when it names none of them, the run's SIGKILLed workers are the ones, if there are no
     more of them than the counter's kills."""
-    ml = facts.memory_limit if isinstance(facts.memory_limit, dict) else {}
-    rec = ml.get("kernel_record") if isinstance(ml.get("kernel_record"), dict) else {}
+    rec = (facts.memory_limit or {}).get("kernel_record") or {}
     pids = list(rec.get("killed_pids") or [])
     if not rec:  # no record of the kernel's own: the runner's flag per process is all there is
-        return {w.pid for w in facts.workers if w.kernel_oom}, False
+        return {w.pid for w in facts.workers if w.killed_by_kernel_oom}, False
     if rec.get("killed_pids_from") == "dmesg":
         return set(pids), True
     codes = {w.pid: w.exitcode for w in facts.workers}
@@ -265,6 +294,7 @@ def kernel_killed(facts: _Facts) -> tuple:
     return set(), False
 
 
+_ANY_SENDER = f"the kernel OOM killer or any of {OTHER_SIGKILL_SENDERS} may have sent it"
 #: what a spawned worker prints when its interpreter's exit aborts it (see :func:`after_the_failure`)
 _TERMINATE = "terminate called without an active exception"
 
@@ -293,10 +323,10 @@ def after_the_failure(facts: _Facts, w) -> Optional[str]:
     if listed:
         return (f"PyTorch's list of the workers dead when it raised, pid(s) {them}, leaves it out: it was "
                 "alive then")
-    seen = [x.t for x in dead]
-    if w.t is None or None in seen or w.t <= max(seen) or (facts.raised and w.t <= min(facts.raised)):
+    seen, t = [facts.ended_at.get(x.pid) for x in dead], facts.ended_at.get(w.pid)
+    if t is None or None in seen or t <= max(seen) or (facts.raised and t <= min(facts.raised)):
         return None
-    return (f"the runner saw it end {w.t - max(seen):.2f} s after pid(s) {them}"
+    return (f"the runner saw it end {t - max(seen):.2f} s after pid(s) {them}"
             + (", and after the error was raised" if facts.raised else ""))
 
 
@@ -309,10 +339,6 @@ def _after_finding(facts: _Facts, w, text: str, why: str) -> _Finding:
                     detail=str(-w.exitcode), echo=True, pid=w.pid)
 
 
-_OTHER_SIGKILL = ("a `kill -9`, a scheduler's preemption (SLURM, Kubernetes), `timeout -s KILL`, the "
-                  "kernel OOM killer")
-
-
 def _worker_findings(facts: _Facts) -> list:
     found = []
     for w in facts.workers:
@@ -321,21 +347,18 @@ def _worker_findings(facts: _Facts) -> list:
         who = "DataLoader worker" if w.role == "dataloader_worker" else "child process"
         if w.exitcode < 0:
             sig = -w.exitcode
-            text = f"{who} pid {w.pid}: killed by {vocab.signal_name(sig)}"
+            text = f"{who} pid {w.pid}: killed by {signal_name(sig)}"
             cause = _cause_for_signal(sig)
             if sig == 9:
                 why = _memory_evidence(facts, w.pid)
                 if why:
                     found.append(_Finding("oom_killed", f"{text} - {why}", "high", pid=w.pid))
                 else:
-                    found.append(_Finding("oom_killed", f"{text}; no memory evidence recorded (no watchdog kill, "
-                                          "no kernel OOM record): any of " + _OTHER_SIGKILL + " may have sent "
-                                          "it", "low", variant="no_memory_evidence", pid=w.pid))
+                    found.append(_Finding("oom_killed", f"{text}; no memory evidence recorded (no watchdog kill, no "
+                                          f"kernel OOM record): {_ANY_SENDER}", "low", variant="no_memory_evidence",
+                                          pid=w.pid))
             elif sig == 15 and (stop := vocab.library_stop(facts.stderr)):
-                found.append(_Finding("native_crash", f"{text}, raised inside the worker by {stop[1]}: "
-                                      f"'{stop[0]}' on stderr - the library's own stop of a process forked after "
-                                      "its threads started, not a signal from outside", "high", detail="15",
-                                      pid=w.pid))
+                found.append(stopped_inside(text, stop, "high", w.pid))
             elif sig == 15:
                 found.append(_Finding("worker_exit", f"{text} (SIGTERM: sent from outside the worker, or by the "
                                       "DataLoader's own shutdown of a worker that did not stop)", "low",
@@ -353,13 +376,9 @@ def _worker_findings(facts: _Facts) -> list:
                                   "(no signal: the worker's own exit)", "high" if w.role == "dataloader_worker"
                                   else "medium", detail=f"code {w.exitcode}"))
     worker_pids = {w.pid for w in facts.workers}
-    for k in facts.watchdog_kills:
-        if k.get("main"):
-            continue
-        if k.get("pid") not in worker_pids:
-            found.append(_Finding("oom_killed", f"pid {k.get('pid')} SIGKILLed by the lab's memory watchdog at "
-                                  f"{(k.get('rss') or 0) / 2**20:.0f} MiB RSS (budget "
-                                  f"{(k.get('budget') or 0) / 2**20:.0f} MiB)", "high"))
+    found += [_Finding("oom_killed", f"pid {k.get('pid')} SIGKILLed by the lab's memory watchdog at "
+                       f"{_watchdog_mib(k)}", "high")
+              for k in facts.watchdog_kills if not k.get("main") and k.get("pid") not in worker_pids]
     return found
 
 
@@ -371,12 +390,12 @@ def _main_signal_findings(facts: _Facts) -> list:
         why = _memory_evidence(facts, None, main=True)
         if why:
             return [_Finding("oom_killed", f"main process killed by SIGKILL - {why}", "high")]
-        return [_Finding("oom_killed", "main process killed by SIGKILL; no memory evidence recorded: any of "
-                         + _OTHER_SIGKILL + " may have sent it", "low", variant="no_memory_evidence")]
+        return [_Finding("oom_killed", f"main process killed by SIGKILL; no memory evidence recorded: {_ANY_SENDER}",
+                         "low", variant="no_memory_evidence")]
     if sig in vocab.NATIVE_SIGNALS or sig == 7:
-        return [_Finding("_main_native", f"main process killed by {vocab.signal_name(sig)} (native code crashed in the "
+        return [_Finding("_main_native", f"main process killed by {signal_name(sig)} (native code crashed in the "
                          "main process)", "high", detail=str(sig))]
-    return [_Finding("_main_stopped", f"main process killed by {vocab.signal_name(sig)}", "high", detail=str(sig))]
+    return [_Finding("_main_stopped", f"main process killed by {signal_name(sig)}", "high", detail=str(sig))]
 
 
 def _stall_findings(facts: _Facts) -> list:
@@ -389,11 +408,8 @@ def _stall_findings(facts: _Facts) -> list:
     elif facts.outcome == "timed_out":
         found.append(_Finding("hang", f"no result before the run's time limit: {facts.reason or 'timed out'}",
                               "low"))
-    if facts.outcome == "timed_out" or facts.stall:
-        where = _stuck_where(facts.stderr)
-        if where:
-            found.append(_Finding("hang", where, "medium"))
-    return found
+    where = _stuck_where(facts.stderr)  # a stall or a time limit: the stacks dumped before the stop
+    return found + ([_Finding("hang", where, "medium")] if where else [])
 
 
 def _stuck_where(stderr: str) -> str:
@@ -420,15 +436,13 @@ def _stack_lines(facts: _Facts) -> list:
         if frames:
             path, line, func = frames[0]  # faulthandler prints the innermost frame first
             user = next((f for f in frames if _frame_kind(f[0]) == "user"), None)
-            extra = f", called from {os.path.basename(user[0])}:{user[1]} in {user[2]}" if user and \
-                user != frames[0] else ""
+            extra = f", called from {_at(user)}" if user and user != frames[0] else ""
             lines.append(f"stack of pid {pid}: in {func} ({os.path.basename(path)}:{line}){extra}")
     return lines
 
 
 # =========================================================================== texts left unexplained
 _ANY_LOADER = frozenset(LOADER_CAUSES)
-_STARTUP_GUARD = re.compile(r"bootstrapping phase")
 
 
 def _text_causes(e: _Exc) -> Optional[frozenset]:
@@ -450,7 +464,7 @@ def _text_causes(e: _Exc) -> Optional[frozenset]:
         return frozenset(causes)
     if vocab.EXIT_CODE.match(head) or vocab.DIED.match(head) or vocab.PIN_DIED.match(head):
         return _ANY_LOADER  # an echo: any death of a worker or failure of the loader accounts for it
-    if _STARTUP_GUARD.search(msg):
+    if "bootstrapping phase" in msg:
         return frozenset({"missing_main_guard"})
     if vocab.MAIN_ATTR.search(msg):
         return frozenset({"main_not_importable", "missing_main_guard"})
@@ -463,22 +477,18 @@ def _record_texts(facts: _Facts, tree: list) -> list:
     traceback a child process printed (stderr lines that are no process's traceback are not counted)."""
     chains = [facts.ended, *facts.loader_errors, *[n.chain for n in tree if n.chain]]
     excs = [e for c in chains for e in c if _through_loader(e) is not False]  # raised where it counts
-    for p in _printed(facts.stderr):
-        if p.who != "other" and p.last:
-            kind, _, rest = p.last.partition(": ")
-            excs.append(_Exc(kind.rsplit(".", 1)[-1], rest or p.last, "", None, "ended"))
-    out, seen = [], set()
+    for who, last in _printed(facts.stderr):
+        if who != "other" and last:
+            kind, _, rest = last.partition(": ")
+            excs.append(_Exc(kind.rsplit(".", 1)[-1], rest or last, "", None, "ended"))
+    out: dict = {}
     for e in excs:
         causes = _text_causes(e)
-        text = _short(f"{e.type}: {e.head}", 160)
-        if causes is not None and text not in seen:
-            seen.add(text)
-            out.append((text, causes))
-    return out
+        if causes is not None:
+            out.setdefault(_short(f"{e.type}: {e.head}", 160), causes)
+    return list(out.items())
 
 
-def _unexplained(cause: str, facts: _Facts, tree: list, survived: Iterable = ()) -> list:
-    """Texts of :func:`_record_texts` that ``cause`` does not account for (``survived``: the texts of
-    errors the script caught and went on from, listed as such, not unexplained)."""
-    skip = set(survived)
-    return [t for t, causes in _record_texts(facts, tree) if cause not in causes and t not in skip]
+def _unexplained(cause: str, facts: _Facts, tree: list) -> list:
+    """Texts of :func:`_record_texts` that ``cause`` does not account for."""
+    return [t for t, causes in _record_texts(facts, tree) if cause not in causes]

@@ -1,39 +1,29 @@
 """torchrun launches: the failures listed in ChildFailedError's Root Cause block, each rank's own output,
-and the first failed rank explained like a script."""
+and the first failed rank explained like a script.
+
+torchrun starts one process per rank and, when one fails, stops the others with SIGTERM and raises
+ChildFailedError, whose "Root Cause (first observed failure)" block holds the rank, its exit code and pid, an
+error file and a traceback. The rank's own traceback is on the launch's stderr, each line prefixed with
+``[rankN]:`` (torch >= 2.2; older releases print it without the prefix)."""
 
 from __future__ import annotations
 
 import re
 from typing import Optional
 
-from . import messages as vocab
 from .causes import CATALOGUE, UNKNOWN
-from .decide import (
-    _decide,
-    _summary,
-)
-from .evidence import (
-    _Facts,
-    _Finding,
-    _last_printed_chain,
-    _short,
-    _Worker,
-    _worker_pids_named,
-)
-from .model import Diagnosis, _fixes, environment_probes
+from .decide import _summary, decide_process, fixes_of
+from .evidence import _exit_words, _Facts, _short, last_chain
+from .model import Diagnosis, probe_lines
 
-# =========================================================================== torchrun launches
-# torchrun (torch.distributed.run) starts one process per rank and, when one fails, stops the others
-# with SIGTERM and raises ChildFailedError whose message holds a "Root Cause (first observed failure)"
-# block: the rank, its exit code and pid, an error file and a traceback. The rank's own Python traceback
-# is on the launch's stderr, each line prefixed with "[rankN]:" (torch >= 2.2; older releases print it
-# without the prefix). These functions read both and explain the first failed rank like a script.
 _TR_TITLE = re.compile(r"^Root Cause \(first observed failure\):\s*$")
 _TR_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
 _TR_FIELD = re.compile(r"^  (time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
 _TR_RANK = re.compile(r"^(\d+) \(local_rank: (\d+)\)")
 _TR_EXIT = re.compile(r"^(-?\d+) \(pid: (\d+)\)\s*(?:\((SIG\w+)\))?")
 _TR_RULE = re.compile(r"^(=+|-+)$")
+
+
 def torchrun_failures(text: str) -> list:
     """The failures listed in torchrun's ``ChildFailedError`` text, the root cause first.
 
@@ -42,54 +32,30 @@ def torchrun_failures(text: str) -> list:
     when the script uses ``@record``, else a hint or ``Signal N (SIG) received by PID``), ``host``,
     ``time`` and ``root`` (True for the "first observed failure"). ``[]`` when there is no such block.
     """
-    lines = (text or "").replace("\r", "").splitlines()
-    out: list = []
-    root_section = False
-    cur: Optional[dict] = None
-    last_field = None
-    for line in lines:
-        if _TR_TITLE.match(line.strip()):
-            root_section, cur = True, None
-            continue
-        if line.strip() == "Failures:":
-            root_section, cur = False, None
-            continue
-        if _TR_RULE.match(line.strip()) and len(line.strip()) >= 10:
-            cur, last_field = None, None
-            continue
-        m = _TR_ENTRY.match(line)
-        if m:
-            cur = {"rank": None, "local_rank": None, "exitcode": None, "pid": None, "signal": None,
-                   "error_file": None, "traceback": "", "host": None, "time": None, "root": root_section}
+    out, root, cur, last = [], False, None, None
+    for line in (text or "").replace("\r", "").splitlines():
+        stripped = line.strip()
+        if _TR_TITLE.match(stripped) or stripped == "Failures:":
+            root, cur = stripped != "Failures:", None
+        elif _TR_RULE.match(stripped) and len(stripped) >= 10:
+            cur = last = None
+        elif _TR_ENTRY.match(line):
+            cur, last = dict.fromkeys(("rank", "local_rank", "exitcode", "pid", "signal", "error_file")) | {
+                "traceback": "", "host": None, "time": None, "root": root}, None
             out.append(cur)
-            last_field = None
-            continue
-        if cur is None:
-            continue
-        m = _TR_FIELD.match(line)
-        if m:
-            name, value = m.group(1), m.group(2).rstrip()
-            last_field = name
-            if name == "rank":
-                r = _TR_RANK.match(value)
-                if r:
-                    cur["rank"], cur["local_rank"] = int(r.group(1)), int(r.group(2))
-            elif name == "exitcode":
-                e = _TR_EXIT.match(value)
-                if e:
-                    cur["exitcode"], cur["pid"] = int(e.group(1)), int(e.group(2))
-                    cur["signal"] = e.group(3)
-            elif name == "error_file":
+        elif cur is not None and (m := _TR_FIELD.match(line)):
+            last, value = m.group(1), m.group(2).rstrip()
+            if last == "rank" and (r := _TR_RANK.match(value)):
+                cur["rank"], cur["local_rank"] = int(r.group(1)), int(r.group(2))
+            elif last == "exitcode" and (e := _TR_EXIT.match(value)):
+                cur["exitcode"], cur["pid"], cur["signal"] = int(e.group(1)), int(e.group(2)), e.group(3)
+            elif last == "error_file":
                 cur["error_file"] = None if value in ("<N/A>", "") else value
-            elif name == "traceback":
-                cur["traceback"] = value
-            else:
-                cur[name] = value
-        elif last_field == "traceback":  # @record: the rank's traceback, indented by two more spaces
+            elif last in ("traceback", "host", "time"):
+                cur[last] = value
+        elif cur is not None and last == "traceback":  # @record: the rank's traceback, indented two more spaces
             cur["traceback"] += "\n" + (line[2:] if line.startswith("  ") else line)
-    out = [f for f in out if f["rank"] is not None]
-    out.sort(key=lambda f: not f["root"])
-    return out
+    return sorted((f for f in out if f["rank"] is not None), key=lambda f: not f["root"])
 
 
 def rank_output(stderr: str, rank: int) -> str:
@@ -114,9 +80,9 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
     rank, code = failure["rank"], failure["exitcode"]
     own = rank_output(facts.stderr, rank)
     origin = f"rank {rank}'s own traceback on stderr ([rank{rank}]: lines)"
-    chain = _last_printed_chain(own) if own else []
+    chain = last_chain(own) if own else []
     if not chain and "Traceback (most recent call last):" in failure["traceback"]:
-        chain, origin = _last_printed_chain(failure["traceback"]), "the traceback in torchrun's failure block"
+        chain, origin = last_chain(failure["traceback"]), "the traceback in torchrun's failure block"
     if not chain and not own:  # torch < 2.2 prints rank lines without a prefix: the whole stderr, less sure
         text = facts.stderr
         cut = text.rfind("ChildFailedError")
@@ -124,28 +90,12 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
             text = text[:max(text.rfind("Traceback (most recent call last):", 0, cut), 0)]
         if "Original exception was:" in text:  # the rank's excepthook failed; Python printed the original
             text = text[text.rfind("Original exception was:"):]
-        chain = _last_printed_chain(text)
+        chain = last_chain(text)
         origin = "the last traceback on the launch's stderr (no [rankN]: prefixes to tell ranks apart)"
-    sub = _Facts(source="run", outcome="failed", returncode=code, stderr=own or facts.stderr,
-                 options=dict(facts.options), env=dict(facts.env), kernel_record=facts.kernel_record,
-                 since=facts.since)
-    sub.main_signal = -code if isinstance(code, int) and code < 0 else None
-    sub.ended = chain
-    sub.workers = [_Worker(pid, None) for pid in _worker_pids_named(chain)]
-    if not sub.workers and any(vocab.WRAPPER.match(e.head) and "worker process" in e.head for e in chain):
-        sub.workers = [_Worker(None, None)]  # "Caught X in DataLoader worker process N": it had workers
-    cause, mine, conf, others, recovered = _decide(sub)
-    if not chain and sub.main_signal is None:
-        cause, conf = UNKNOWN, "low"
-    line = vocab.WORKER_LINE.search(facts.stderr)  # a worker's own line has no [rankN]: prefix
-    if line and conf == "low" and cause in ("worker_exit", UNKNOWN) and (chain or sub.main_signal):
-        # the rank saw only an echo of a worker's death (a fetch from its gone socket); the worker's own
-        # C-level line says how it died
-        kind = "shm_exhausted" if line.group(1) == "bus error" else "native_crash"
-        mine = [_Finding(kind, f"stderr: a DataLoader worker of the launch printed {line.group(0)!r} before it "
-                         "died (under forkserver/spawn a rank may not learn its worker's signal)", "medium")]
-        others = others + [_Finding(cause, "the rank's own exception was an echo of that death", "low", echo=True)]
-        cause, conf = kind, "medium"
+    # a worker's own line has no [rankN]: prefix: it is read in the whole stderr
+    sub, cause, mine, conf, others, recovered = decide_process(
+        facts, chain, code, "under forkserver/spawn a rank may not learn its worker's signal",
+        stderr=own or facts.stderr, main_signal=-code if isinstance(code, int) and code < 0 else None)
     echo = bool(chain) and cause == "outside_loader" and bool(_PEER_ECHO.search(chain[0].message))
     stopped = failure["signal"] == "SIGTERM" and not chain
     return {"failure": failure, "cause": cause, "mine": mine, "conf": conf, "others": others,
@@ -169,10 +119,8 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
     root = chosen["failure"]
     rank, code = root["rank"], root["exitcode"]
     cause, mine, conf, sub = chosen["cause"], chosen["mine"], chosen["conf"], chosen["sub"]
-    where = f"rank {rank} (local rank {root['local_rank']}, pid {root['pid']})"
-    how = f"killed by {root['signal'] or vocab.signal_name(-code)}" if isinstance(code, int) and code < 0 \
-        else f"exit code {code}"
-    head = f"torchrun: {where} failed first ({how})"
+    head = f"torchrun: rank {rank} (local rank {root['local_rank']}, pid {root['pid']}) failed first " \
+           f"({_exit_words(code, root['signal'])})"
     if cause in CATALOGUE and cause != "ok":
         summary = f"{head}: {_summary(cause, sub, mine, chosen['recovered'])}"
     else:
@@ -195,19 +143,15 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
         f = v["failure"]
         if f is root:
             continue
-        state = f"killed by {f['signal']}" if f["signal"] else f"exit code {f['exitcode']}"
+        state = _exit_words(f["exitcode"], f["signal"])
         note = " (torchrun stopped it after the first failure)" if f["signal"] == "SIGTERM" else \
             (" (an echo: its collective lost a peer)" if v["echo"] else f" ({v['cause']})")
         evidence.append(f"rank {f['rank']} (local rank {f['local_rank']}, pid {f['pid']}): {state}{note}")
-    evidence.append("launcher (torchrun): " + (f"exit code {facts.returncode}" if facts.returncode is not None
+    evidence.append("launcher (torchrun): " + (_exit_words(facts.returncode) if facts.returncode is not None
                                                 else "no exit code recorded"))
-    try:
-        evidence.extend(environment_probes(facts.options, facts.iters))
-    except Exception as exc:  # noqa: BLE001 - probes are extra, never fatal
-        evidence.append(f"environment probes failed: {exc!r}")
-    variant = next((f.variant for f in mine if f.variant not in (None, "startup")), None)
+    evidence += probe_lines(facts)
     launch = {"launcher": "torchrun", "rank": rank, "local_rank": root["local_rank"], "exitcode": code,
               "pid": root["pid"], "signal": root["signal"], "error_file": root["error_file"],
               "root_cause_rank": first["rank"], "failures": failures}
-    return Diagnosis(cause, summary, evidence, _fixes(cause, variant) if cause in CATALOGUE else [], conf,
+    return Diagnosis(cause, summary, evidence, fixes_of(cause, mine, conf) if cause in CATALOGUE else [], conf,
                      "run", chosen["recovered"], launch)

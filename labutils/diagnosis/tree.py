@@ -1,23 +1,18 @@
-"""The process tree of a run: which process printed or raised what, at any depth.
+"""The process tree of a run: which process printed or raised what, at any depth; and a DataLoader in a child
+process, the child's own error explained like a script of its own.
 
-The runner records the processes the run's main process started (``RunResult.workers``: pid, name, role,
-exit status), every process death it saw at any depth (``RunResult.events``: pid, role, exit status), the
-chain that ended the main process and its stderr. A DataLoader need not run in the main process: a launcher
-starts a child (``multiprocessing.Process(target=train)``, ``torch.multiprocessing.spawn``, a
-``concurrent.futures.ProcessPoolExecutor`` job) and the loader's workers are grandchildren. Their errors reach
-the record in three shapes, each tied here to the child that produced it:
+A DataLoader need not run in the main process: a launcher starts a child (``multiprocessing.Process``,
+``torch.multiprocessing.spawn``, a ``ProcessPoolExecutor`` job) and the loader's workers are grandchildren.
+Their errors reach the record in three shapes, each tied here to the child that produced it:
 
 * ``stderr``: ``multiprocessing`` prints ``Process NAME:`` and the child's traceback when its target raises;
-  NAME is the child's ``name`` in the runner's record;
 * ``ProcessRaisedException`` (torch.multiprocessing.spawn): the main process re-raises the child's traceback
-  text, headed ``-- Process N terminated with the following error:`` (N: the child's index);
-  ``ProcessExitedException`` says a child died (``process N terminated with signal SIGSEGV``);
-* ``_RemoteTraceback`` (concurrent.futures): the pool re-raises the job's exception in the main process, and
-  its ``__cause__`` holds the job's traceback text.
+  under ``-- Process N terminated with the following error:``; ``ProcessExitedException`` says a child died;
+* ``_RemoteTraceback`` (concurrent.futures): the job's traceback text, as the ``__cause__`` of its exception.
 
-The runner records no parent pid and no start method per process; a child's start method is read from its
-name (``SpawnProcess-1``) or from the frames of its traceback (``spawn_main``, ``forkserver``), and a
-grandchild's parent from the child's chain that names it (``DataLoader worker (pid N) ...``).
+The runner records no parent pid and no start method per process: a child's start method is read from its
+name (``SpawnProcess-1``) or its traceback's frames, a grandchild's parent from the chain of the child that
+names it (``DataLoader worker (pid N) ...``).
 """
 
 from __future__ import annotations
@@ -26,18 +21,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .evidence import plain_text
+from ..runner import startmethod
+from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
+from .decide import _summary, decide_process, fixes_of
+from .evidence import _exit_words, _Facts, _short, _worker_pids_named, last_chain, plain_text, printed_chains
+from .messages import signal_from_word
+from .model import Diagnosis, probe_lines
+from .rules import _unexplained
 
 __all__ = ["ProcNode", "build_tree"]
 
 _HEADER = re.compile(r"^Process (.+):$")
-_TB = "Traceback (most recent call last):"
-_LINKS = ("The above exception was the direct cause of the following exception:",
-          "During handling of the above exception, another exception occurred:")
 _SPAWN_ERR = re.compile(r"^\s*-- Process (\d+) terminated with the following error:\s*$", re.M)
 _SPAWN_EXIT = re.compile(r"process (\d+) terminated with (?:signal (\w+)|exit code (-?\d+))")
-_SIGNUMS = {"SIGSEGV": 11, "SIGKILL": 9, "SIGBUS": 7, "SIGABRT": 6, "SIGFPE": 8, "SIGILL": 4, "SIGTERM": 15,
-            "SIGINT": 2}
 _METHOD_BY_NAME = (("ForkServerProcess", "forkserver"), ("SpawnProcess", "spawn"), ("ForkProcess", "fork"))
 
 
@@ -53,7 +49,6 @@ class ProcNode:
     exitcode: Optional[int] = None
     via: str = ""  # how its error reached the record: "stderr", "ProcessRaisedException", "_RemoteTraceback"
     chain: list = field(default_factory=list)  # the error that ended it, outermost first (diagnose._Exc)
-    text: str = ""  # the traceback text it printed or sent back
     candidates: tuple = ()  # a pool job: the pids of the pool's processes, one of which ran it
 
     def to_dict(self) -> dict:
@@ -77,71 +72,16 @@ def _method_of(name: str, text: str, default: Optional[str] = None) -> Optional[
     return default
 
 
-def _chain_text(lines: list, start: int) -> tuple:
-    """The text of the exception chain printed from ``lines[start]`` (a Traceback line) and where it ends:
-    tracebacks joined by Python's link lines, each up to its exception line and the message after it."""
-    i, out = start, []
-    while i < len(lines):
-        out.append(lines[i])
-        i += 1
-        while i < len(lines) and (lines[i].startswith((" ", "\t")) or not lines[i].strip()):
-            out.append(lines[i])  # the frames
-            i += 1
-        if i < len(lines):
-            out.append(lines[i])  # the exception line
-            i += 1
-        inner = None  # inside PyTorch's "Original Traceback" of a worker: None, "frames", "done"
-        while i < len(lines):  # its message: up to a link to the next traceback or a new block
-            line = lines[i]
-            if line.strip() in _LINKS:
-                out.append(line)
-                i += 1
-                while i < len(lines) and not lines[i].strip():
-                    i += 1
-                break
-            if line.startswith(_TB) or _HEADER.match(line) or line.startswith("Exception in thread"):
-                return "\n".join(out), i
-            indented = line.startswith((" ", "\t")) or not line.strip()
-            if line.startswith("Original Traceback"):
-                inner = "frames"
-            elif inner == "frames" and not indented:
-                inner = "done"  # the worker's exception line ends the quoted traceback
-            elif not indented:
-                return "\n".join(out), i  # a line of someone else's output: the message ended above
-            out.append(line)
-            i += 1
-        else:
-            break
-        if i >= len(lines) or not lines[i].startswith(_TB):
-            break
-    return "\n".join(out), i
-
-
 def printed_blocks(stderr: str) -> list:
-    """``(name, traceback text)`` of each ``Process NAME:`` block multiprocessing printed in stderr."""
-    lines = (stderr or "").replace("\r", "").splitlines()
-    out = []
-    for i, line in enumerate(lines):
-        m = _HEADER.match(line)
-        if m and i + 1 < len(lines) and lines[i + 1].startswith(_TB):
-            text, _ = _chain_text(lines, i + 1)
-            out.append((m.group(1), text))
-    return out
+    """``(name, chain)`` of each ``Process NAME:`` block multiprocessing printed in stderr."""
+    lines = stderr.split("\n")
+    return [(m.group(1), chain) for start, chain in printed_chains(stderr, headless=False)
+            if start and (m := _HEADER.match(lines[start - 1]))]
 
 
-def _remote_text(message: str) -> str:
-    text = (message or "").strip()
-    if text.startswith('"""') and text.endswith('"""'):
-        text = text[3:-3]
-    return text.strip("\n")
-
-
-def build_tree(result, parse_chain, worker_pids_named, default_method: Optional[str] = None) -> list:
-    """The run's processes as :class:`ProcNode`, the main process first.
-
-    ``parse_chain(text)`` turns a printed traceback into a chain (``diagnose._last_printed_chain``), and
-    ``worker_pids_named(chain)`` lists the DataLoader worker pids its messages name."""
-    main = ProcNode(None, "main", exitcode=getattr(result, "returncode", None))
+def build_tree(result, default_method: Optional[str] = None) -> list:
+    """The run's processes as :class:`ProcNode`, the main process first."""
+    main = ProcNode(None, "main", exitcode=result.returncode)
     nodes = [main]
     children = [w for w in (result.workers or []) if w.role != "dataloader_worker"]
     by_name: dict = {}
@@ -150,21 +90,22 @@ def build_tree(result, parse_chain, worker_pids_named, default_method: Optional[
         node = ProcNode(w.pid, role, None, w.name or "", _method_of(w.name or "", "", default_method), w.exitcode)
         nodes.append(node)
         by_name.setdefault(node.name, node)
-    for name, text in printed_blocks(plain_text(result.stderr)):
+    for name, chain in printed_blocks(plain_text(result.stderr)):
         node = by_name.get(name)
         if node is None:  # a process the runner did not record (a child of a child): known by name only
             node = ProcNode(None, "child", None, name)
             nodes.append(node)
             by_name[name] = node
         if not node.chain:
-            node.chain, node.text, node.via = parse_chain(text), text, "stderr"
-            node.start_method = _method_of(name, text, node.start_method or default_method)
-    _from_main_chain(result, nodes, children, parse_chain)
-    _add_grandchildren(result, nodes, worker_pids_named)
+            node.chain, node.via = chain, "stderr"
+            node.start_method = _method_of(name, "\n".join(e.traceback for e in chain),
+                                           node.start_method or default_method)
+    _from_main_chain(result, nodes, children)
+    _add_grandchildren(result, nodes)
     return nodes
 
 
-def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
+def _from_main_chain(result, nodes: list, children: list) -> None:
     """Children's errors the main process re-raised (torch.multiprocessing.spawn, concurrent.futures)."""
     spawned = [w for w in children if (w.name or "").startswith("SpawnProcess")] or children
     for e in result.exceptions or []:
@@ -172,8 +113,7 @@ def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
         m = _SPAWN_ERR.search(msg)
         if m:
             node = _child_node(nodes, spawned, int(m.group(1)))
-            text = msg[m.end():].strip("\n")
-            node.chain, node.text, node.via = parse_chain(text), text, "ProcessRaisedException"
+            node.chain, node.via = last_chain(msg[m.end():].strip("\n")), "ProcessRaisedException"
             node.start_method = node.start_method or "spawn"
             continue
         m = _SPAWN_EXIT.search(msg) if e.type == "ProcessExitedException" else None
@@ -181,12 +121,11 @@ def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
             node = _child_node(nodes, spawned, int(m.group(1)))
             node.via = "ProcessExitedException"
             if m.group(2):
-                node.exitcode = -_SIGNUMS.get(m.group(2), 0) or node.exitcode
+                node.exitcode = -(signal_from_word(m.group(2)) or 0) or node.exitcode
             elif m.group(3):
                 node.exitcode = int(m.group(3))
             continue
         if e.type.endswith("_RemoteTraceback"):
-            text = _remote_text(msg)
             if len(children) == 1:
                 node = next(n for n in nodes if n.pid == children[0].pid)
             else:
@@ -194,7 +133,7 @@ def _from_main_chain(result, nodes: list, children: list, parse_chain) -> None:
                                 candidates=tuple(w.pid for w in children))
                 nodes.append(node)
             if not node.chain:
-                node.chain, node.text, node.via = parse_chain(text), text, "_RemoteTraceback"
+                node.chain, node.via = last_chain(msg), "_RemoteTraceback"  # its text, between quotes
 
 
 def _child_node(nodes: list, spawned: list, index: int) -> ProcNode:
@@ -205,11 +144,11 @@ def _child_node(nodes: list, spawned: list, index: int) -> ProcNode:
     return node
 
 
-def _add_grandchildren(result, nodes: list, worker_pids_named) -> None:
+def _add_grandchildren(result, nodes: list) -> None:
     """Workers of a child: named in the child's chain; exit statuses from the deaths the runner saw."""
     known = {n.pid for n in nodes if n.pid is not None}
     status = {}
-    for ev in getattr(result, "events", None) or []:
+    for ev in result.events:
         pid = ev.get("pid")
         if ev.get("signal"):
             status[pid] = -ev["signal"]
@@ -218,7 +157,107 @@ def _add_grandchildren(result, nodes: list, worker_pids_named) -> None:
     for node in list(nodes):
         if node.role != "child" or not node.chain:
             continue
-        for pid in worker_pids_named(node.chain):
+        for pid in _worker_pids_named(node.chain):
             if pid not in known:
                 nodes.append(ProcNode(pid, "worker", node.pid, "", None, status.get(pid)))
                 known.add(pid)
+
+
+# =========================================================================== a loader in a child process
+def _run_method(facts: _Facts) -> Optional[str]:
+    """The default start method of the run's processes: set for the run, the lab's default, else the
+    platform's."""
+    opts = facts.options or {}
+    method = opts.get("start_method") or opts.get("lab_default_start_method")
+    if not method:
+        method = (facts.env or {}).get("LABUTILS_START_METHOD") or startmethod.current()
+    return method
+
+_CARRIERS = ("ProcessRaisedException", "_RemoteTraceback")
+
+
+def _child_verdicts(facts: _Facts, tree: list) -> list:
+    """The verdict of every child process whose own error names a DataLoader failure."""
+    out = []
+    for node in tree:
+        if node.role != "child" or not node.chain:
+            continue
+        v = _process_verdict(facts, node, tree)
+        if v["cause"] in LOADER_CAUSES:
+            out.append(v)
+    out.sort(key=lambda v: v["node"].via not in _CARRIERS)
+    return out
+
+
+def _process_verdict(facts: _Facts, node, tree: list) -> dict:
+    """Explain one child process from its own chain, like a script of its own (its workers: the pids its
+    messages name, with the exit statuses the runner saw)."""
+    # under forkserver the fork server, not the child, is its workers' parent: the child sees only their death
+    sub, cause, mine, conf, others, recovered = decide_process(
+        facts, node.chain, node.exitcode, "the child that owned it saw only the generic 'exited unexpectedly'",
+        {n.pid: n.exitcode for n in tree if n.role == "worker"}, memory_limit=facts.memory_limit,
+        watchdog_kills=list(facts.watchdog_kills))
+    if node.via == "stderr" and not node.exitcode and conf == "high":
+        conf = "medium"  # printed on stderr, and no failure of that process recorded to corroborate it
+    summary = _summary(cause, sub, mine, recovered) if cause in CATALOGUE else ""
+    return {"node": node, "cause": cause, "mine": mine, "conf": conf, "others": others, "sub": sub,
+            "summary": summary}
+
+
+def _child_decides(facts: _Facts, verdict: dict, main_cause: str) -> bool:
+    """A child's loader failure is the run's cause when the main process carried it (re-raised its
+    traceback), or when the main process itself left no error of its own (an exit code, or 0)."""
+    if verdict["node"].via in _CARRIERS:
+        return True
+    if main_cause in ("ok", UNKNOWN):
+        return True
+    return not facts.ended and not facts.loader_errors
+
+
+def _describe_node(node) -> str:
+    who = f"child process {node.name!r}" if node.name else "a child process"
+    where = [f"pid {node.pid}" if node.pid else (f"one of pids {', '.join(map(str, node.candidates))}"
+                                                 if node.candidates else "pid not recorded")]
+    if node.start_method:
+        where.append(f"started by {node.start_method}")
+    return f"{who} ({', '.join(where)})"
+
+
+_VIA = {"stderr": "its traceback, printed on stderr under 'Process {name}:' by multiprocessing",
+        "ProcessRaisedException": "torch.multiprocessing.spawn, which re-raised its traceback in the main process "
+                                  "(ProcessRaisedException)",
+        "_RemoteTraceback": "concurrent.futures, which re-raised the job's exception in the main process (its "
+                            "_RemoteTraceback holds the job's traceback)"}
+
+
+def _child_diagnosis(facts: _Facts, tree: list, v: dict) -> Diagnosis:
+    node, cause, mine, conf = v["node"], v["cause"], v["mine"], v["conf"]
+    who = _describe_node(node)
+    summary = f"in {who}, not the main process: {v['summary']}"
+    if facts.outcome == "ok":
+        summary += "; the script exited 0 anyway (it did not pass on its child's failure)"
+    status = "no exit status recorded" if node.exitcode is None else _exit_words(node.exitcode)
+    evidence = [f"failing process: {who}, a child of the main process; {status}; its error reached the record "
+                f"through {_VIA.get(node.via, node.via).format(name=node.name)}"]
+    evidence += [f"{who}: {f.text}" for f in mine]
+    evidence += [f"{who}, also seen: {f.text}" for f in v["others"] if f.text not in (m.text for m in mine)]
+    evidence += [f"process tree: {_tree_line(n)}" for n in tree]
+    if facts.returncode is not None:
+        evidence.append(f"main process: exit code {facts.returncode}")
+    evidence += probe_lines(facts)
+    process = dict(node.to_dict(), depth=1, parent="main")
+    loose = _unexplained(cause, facts, tree)
+    if loose and conf == "high":
+        conf = "medium"
+    return Diagnosis(cause, summary, evidence, fixes_of(cause, mine, conf), conf, "run", False,
+                     process=process, tree=[n.to_dict() for n in tree], unexplained=loose)
+
+
+def _tree_line(node) -> str:
+    if node.role == "main":
+        return "main process" + ("" if node.exitcode is None else f" (exit status {node.exitcode})")
+    up = "main" if node.role == "child" else (f"pid {node.parent}" if node.parent else "a process of the run")
+    state = "" if node.exitcode is None else f", exit status {node.exitcode}"
+    err = f", error {node.chain[0].type}: {_short(node.chain[0].head, 80)}" if node.chain else ""
+    name = f" {node.name!r}" if node.name else ""
+    return f"{node.role}{name} pid {node.pid or '?'} (parent {up}{state}{err})"
