@@ -257,6 +257,21 @@ def test_a_workers_fd_error_is_found_when_its_traceback_is_cut_up():
     assert d.cause == "fd_limit", (d.cause, d.evidence)
 
 
+
+def test_an_fd_sharer_that_cannot_open_a_segment_for_want_of_fds_is_fd_limit():
+    """notebook 06's worker-side fd wall under forkserver (once, in a matrix run): the queue feeder printed
+    torch's "unable to open shared memory object ... Too many open files (24)", which names /dev/shm but is
+    the open-files limit (errno 24, EMFILE), not a full /dev/shm (errno 28)."""
+    stderr = ("Traceback (most recent call last):\n"
+              '  File "/usr/lib/python3.11/multiprocessing/queues.py", line 244, in _feed\n'
+              "    obj = _ForkingPickler.dumps(obj)\n"
+              '  File "/x/torch/multiprocessing/reductions.py", line 600, in reduce_storage\n'
+              "RuntimeError: unable to open shared memory object </torch_7038_839314994_111> in read-write mode: "
+              "Too many open files (24)\n")
+    eof = [ExceptionInfo("EOFError", "", traceback='  File "/x/torch/utils/data/dataloader.py", line 1, in _get\n')]
+    d = explain(result(exceptions=eof, workers=workers(-15, -15), stderr=stderr))
+    assert d.cause == "fd_limit", (d.cause, d.evidence)
+
 def test_native_crash_from_exit_code_and_stderr():
     d = explain(result(exceptions=died(100, "DataLoader worker (pid 100) is killed by signal: Segmentation fault."),
                        workers=workers(-11, 0),

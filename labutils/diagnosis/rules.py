@@ -201,6 +201,8 @@ def _stderr_findings(facts: _Facts) -> list:
             cause = "missing_main_guard"
         elif (vocab.MAIN_ATTR.search(text) or vocab.STDIN_MAIN.search(text)) and who == "child_start":
             cause = "main_not_importable"
+        elif vocab.FD_EXACT.search(text):  # before SHM: "unable to open shared memory object </torch_...> in
+            cause = "fd_limit"  # read-write mode: Too many open files (24)" is the fd limit, not a full /dev/shm
         elif vocab.SHM.search(text):
             cause = "shm_exhausted"
         elif vocab.FD.search(text):
