@@ -159,9 +159,13 @@ def _reseed() -> None:
             torch.seed()
         except Exception:  # noqa: BLE001, S110 - a broken torch: the run's own import shows why
             pass
-    np = sys.modules.get("numpy")
-    if np is not None:
-        np.random.seed()  # numpy's global RandomState: from the OS, as in a fresh process
+    # numpy's global RandomState, from the OS as in a fresh process, where the template has one: numpy 2
+    # imports numpy.random only when first used, so ``np.random`` here would import it into every run
+    # (14 ms a run, and a module a fresh ``import torch`` does not load); a run that uses it later
+    # imports it then, seeded from the OS as in a fresh process
+    mtrand = sys.modules.get("numpy.random")
+    if mtrand is not None:
+        mtrand.seed()
 
 
 def _max_fd() -> int:
