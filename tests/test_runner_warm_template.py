@@ -155,6 +155,8 @@ def test_an_install_into_site_packages_replaces_the_template(tmp_path, monkeypat
     real = warm.package_dirs()
     assert any(p.endswith(os.path.join("torch", "__init__.py")) for p in real), real
     assert any(os.path.basename(p) in ("site-packages", "dist-packages") for p in real), real
+    # the template compiles the bootstrap once for all its runs: an edited bootstrap must replace it too
+    assert any(p.endswith(os.path.join("runner", "bootstrap.py")) for p in real), real
     site = tmp_path / "site-packages"
     site.mkdir()
     monkeypatch.setattr(warm, "_packages", [*real, str(site)])

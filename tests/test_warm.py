@@ -4,6 +4,7 @@ tests/test_scenarios.py checks that every scenario gets the same diagnosis warm 
 """
 
 import os
+import subprocess
 import sys
 import time
 
@@ -172,3 +173,13 @@ def test_a_run_dies_with_its_runner(launcher, tmp_path):
     done = ownership.clean_after_dead_runners(str(tmp_path), force=True)
     assert [os.path.basename(d) for d in done["run_dirs"]] == left, done
     assert short is None or (short in done["tmp_dirs"] and not os.path.lexists(short)), (short, done)
+
+
+def test_a_warm_run_imports_no_module_a_fresh_python_would_not(tmp_path):
+    # numpy 2 loads numpy.random on first use, and `import torch` does not use it: the reseeding of a warm
+    # run must not load it either (it did, for every run: 14 ms, and a module python would not have)
+    probe = "import sys\nimport torch\nprint(sorted(m for m in ('numpy', 'numpy.random') if m in sys.modules))\n"
+    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, check=True)
+    r = run_isolated(probe, cwd=tmp_path, launcher="warm")
+    assert r.ok and r.launcher["kind"] == "warm", r.stderr
+    assert r.stdout == plain.stdout, (r.stdout, plain.stdout)

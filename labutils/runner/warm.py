@@ -207,7 +207,8 @@ def _umask() -> Optional[str]:
 
 def package_dirs() -> list:
     """What a ``pip install`` changes: the site-packages directories on ``sys.path`` (an install adds or
-    renames a ``*.dist-info`` there) and the ``__init__.py`` of the packages the template imports."""
+    renames a ``*.dist-info`` there) and the ``__init__.py`` of the packages the template imports; and the
+    bootstrap, which the template compiles once for all its runs."""
     import importlib.util
 
     found = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
@@ -218,7 +219,7 @@ def package_dirs() -> list:
             spec = None
         if spec is not None and spec.origin:
             found.append(spec.origin)
-    return found
+    return [*found, os.path.join(os.path.dirname(ZYGOTE), "bootstrap.py")]
 
 
 def _mtimes(paths: list) -> tuple:

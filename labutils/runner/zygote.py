@@ -108,7 +108,7 @@ def _send(sock: socket.socket, obj: dict, fds: tuple = ()) -> None:
         sock.sendall(data)
 
 
-def _become_run(sock: socket.socket, req: dict, out_fd: int, err_fd: int, handlers: list) -> None:
+def _become_run(sock: socket.socket, req: dict, out_fd: int, err_fd: int, handlers: list, code) -> None:
     """In the forked child: turn into a fresh-looking bootstrap process, then run the bootstrap."""
     os.setsid()
     null = os.open(os.devnull, os.O_RDONLY)
@@ -140,8 +140,6 @@ def _become_run(sock: socket.socket, req: dict, out_fd: int, err_fd: int, handle
     module.__dict__.update(__file__=BOOTSTRAP, __builtins__=sys.modules["builtins"],
                            _TEMPLATE_EXIT_HANDLERS=handlers, _TEMPLATE_AT_START=AT_START)
     sys.modules["__main__"] = module
-    with open(BOOTSTRAP, "rb") as fh:
-        code = compile(fh.read(), BOOTSTRAP, "exec")
     # The bootstrap runs as this process's main module, not through runpy: what escapes it (SystemExit, a
     # KeyboardInterrupt) reaches the interpreter as it would from ``python bootstrap.py``, and the
     # interpreter's own exit follows, teardown included.
@@ -159,9 +157,13 @@ def _reseed() -> None:
             torch.seed()
         except Exception:  # noqa: BLE001, S110 - a broken torch: the run's own import shows why
             pass
-    np = sys.modules.get("numpy")
-    if np is not None:
-        np.random.seed()  # numpy's global RandomState: from the OS, as in a fresh process
+    # numpy's global RandomState, from the OS as in a fresh process, where the template has one: numpy 2
+    # imports numpy.random only when first used, so ``np.random`` here would import it into every run
+    # (14 ms a run, and a module a fresh ``import torch`` does not load); a run that uses it later
+    # imports it then, seeded from the OS as in a fresh process
+    mtrand = sys.modules.get("numpy.random")
+    if mtrand is not None:
+        mtrand.seed()
 
 
 def _max_fd() -> int:
@@ -219,7 +221,9 @@ def serve(fd: int):
 
 if __name__ == "__main__":
     exit_handlers = _preload()
+    with open(BOOTSTRAP, "rb") as fh:  # compiled once for every run (the runner retires a template whose
+        boot = compile(fh.read(), BOOTSTRAP, "exec")  # bootstrap changed: warm.process_state)
     job = serve(int(sys.argv[1]))
     if job is None:
         os._exit(0)  # the runner is gone; the template has nothing to finish
-    _become_run(*job, exit_handlers)
+    _become_run(*job, exit_handlers, boot)
