@@ -162,7 +162,7 @@ def _read_iopub_while_cells_run() -> None:
                     if msg["content"]["status"] == "aborted":
                         raise RuntimeError("Kernel aborted execution request")  # as nbval's own
                     return
-            elif not ready and left is not None and left <= 0:
+            if left is not None and left <= 0:  # as nbval's own: the cell's limit, however chatty the cell
                 raise Empty
 
     buffered._labutils_reads_iopub = await_reply._labutils_reads_iopub = True
