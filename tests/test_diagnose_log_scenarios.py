@@ -76,6 +76,40 @@ def test_a_generic_death_in_a_log_names_the_oom_killer_as_what_to_check_first():
     assert "oom_killed" not in (coded.cannot_prove or ""), coded
 
 
+#: the end of oom_killed_broken.py's stderr under forkserver in CI (2026-12-07): the worker was killed while
+#: the main process fetched its batch's fd, before its exit status reached the loader; no PyTorch message at all
+FORKSERVER_OOM_MID_HANDOVER = """Traceback (most recent call last):
+  File "/x/labutils/scenarios/oom_killed_broken.py", line 40, in <module>
+    means = [batch.mean().item() for batch in loader]
+  File "/x/torch/utils/data/dataloader.py", line 1291, in _try_get_data
+    data = self._data_queue.get(timeout=timeout)
+  File "/usr/lib/python3.11/multiprocessing/queues.py", line 122, in get
+    return _ForkingPickler.loads(res)
+  File "/x/torch/multiprocessing/reductions.py", line 538, in rebuild_storage_fd
+    fd = df.detach()
+  File "/usr/lib/python3.11/multiprocessing/resource_sharer.py", line 57, in detach
+    with _resource_sharer.get_connection(self._id) as conn:
+  File "/usr/lib/python3.11/multiprocessing/resource_sharer.py", line 86, in get_connection
+    c = Client(address, authkey=process.current_process().authkey)
+  File "/usr/lib/python3.11/multiprocessing/connection.py", line 524, in Client
+    answer_challenge(c, authkey)
+  File "/usr/lib/python3.11/multiprocessing/connection.py", line 395, in _recv
+    chunk = read(handle, remaining)
+ConnectionResetError: [Errno 104] Connection reset by peer
+"""
+
+
+def test_a_death_seen_only_mid_handover_names_the_oom_killer_as_what_to_check_first():
+    log = explain("epoch 0: 25 batches\n\n" + FORKSERVER_OOM_MID_HANDOVER)
+    assert log.cause == "worker_exit" and log.confidence == "low", log
+    assert "oom_killed" in log.cannot_prove and "dmesg" in log.decide_with, log
+    assert agrees({"cause": "oom_killed", "confidence": "high"}, log) == ""
+    # the same reset with nothing of the loader's fd passing in its frames is no worker's death
+    plain = explain(FORKSERVER_OOM_MID_HANDOVER.split("  File \"/x/torch/utils")[0]
+                    + "ConnectionResetError: [Errno 104] Connection reset by peer\n")
+    assert "oom_killed" not in (plain.cannot_prove or ""), plain
+
+
 def test_agreement_is_checked_both_ways():
     """The check itself can fail: another cause, or more confidence than the run had."""
     run = {"cause": "native_crash", "confidence": "medium"}

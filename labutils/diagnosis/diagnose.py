@@ -179,7 +179,8 @@ def _log_caps(d: Diagnosis, mine: list, memory: list, log: LogText, loose: list)
         d.confidence = "low"
     if d.confidence != "high":
         d.cannot_prove, d.decide_with = open_question(d.cause, d.confidence)
-        if d.cause == "worker_exit" and vocab.DIED.search(log.text) and not (
+        generic = vocab.DIED.search(log.text) or any(f.echo for f in mine)  # no exit status in either
+        if d.cause == "worker_exit" and generic and not (
                 vocab.KILLED.search(log.text) or vocab.EXIT_CODE.search(log.text)):
             d.cannot_prove, d.decide_with = GENERIC_DEATH
     d.evidence = d.evidence + _read_lines(log)
