@@ -1,18 +1,9 @@
 """Run learner code in a fresh Python process, under per-run limits, and collect the evidence.
 
 The Jupyter kernel only starts a child process and watches it: a segfault, an OOM kill, a hang or fd
-exhaustion in the learner's loader ends that child, never the kernel. After every run, whatever its
-outcome, the runner kills every process it can prove is the run's and removes the /dev/shm files the run
-created; what a runner killed outright leaves behind is removed by the next runner's start
-(:func:`labutils.runner.ownership.clean_after_dead_runners`).
-
-The machine may be shared (a JupyterHub, a laptop beside real work, a second lab in the same tree): the
-runner signals only processes it can prove are the run's (``procs``), removes only /dev/shm files the run
-created (``ownership``), and makes the kernel enforce a memory budget in a cgroup of the run's own where the
-OS allows it (``group``, ``cgroup``), saying so only once the limit was read back. The jobs, by module:
-``spec`` (the arguments, checked), ``group`` (cgroups and process limits), ``monitor`` (the watch while
-it runs), ``ownership`` (what is the run's, and clean-up), ``evidence`` (the result), ``capabilities``
-(what this machine allows, probed once), ``rundir`` (the run directory's file names).
+exhaustion in the learner's loader ends that child, never the kernel. The machine may be shared (a
+JupyterHub, a laptop beside real work): after every run the runner kills only the processes it can prove
+are the run's (``procs``) and removes only the /dev/shm files the run created (``ownership``).
 """
 
 from __future__ import annotations
@@ -41,7 +32,6 @@ from .spec import IsolationError, RunSpec, _cell_bytes, takes_run_options
 
 _BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
 _CHILD = str(Path(__file__).with_name("child.py"))
-_RUNDIR = str(Path(__file__).with_name("rundir.py"))
 _SHM = "/dev/shm"
 
 # --------------------------------------------------------------------------- private /dev/shm
@@ -50,11 +40,7 @@ _shm_support: Optional[tuple] = None
 
 
 def private_shm_support() -> tuple:
-    """Return ``(argv_prefix, None)`` if a private /dev/shm can be mounted for a run, else ``(None, reason)``.
-
-    Tries ``unshare --mount`` (root or CAP_SYS_ADMIN), then ``unshare --user --map-root-user --mount``
-    (unprivileged user namespaces), once per process (:func:`labutils.runner.capabilities.private_shm`).
-    """
+    """``(argv_prefix, None)`` if a private /dev/shm can be mounted for a run, else ``(None, reason)``."""
     if _shm_support is not None:
         return _shm_support
     cap = _caps.private_shm()
@@ -73,17 +59,12 @@ def run_isolated(code: Optional[str] = None, **options) -> RunResult:
     Every limit applies to this run only (each keyword is listed below, from the table in ``spec``);
     a bad value is refused before anything starts, with one line naming it.
 
-    ``result.launcher`` says whether the run started from the warm template (``labutils.runner.warm``)
-    or cold, and why it started cold.
-
-    ``memory_detail=True`` also samples USS/PSS of every process each ``sample_interval`` seconds into
-    ``result.samples`` (costlier; for the memory lessons). For a live view, ``on_sample(dict)`` is called
-    from the monitor thread for every process at least four times a second with ``t``, ``pid``, ``role``
-    (main / worker / other), ``name``, ``rss``, ``uss``, ``fds``, ``shm_bytes`` and ``batches`` (and once
-    more after the run, ``final=True`` with the main process's last batch count and no memory figures, when
-    batches came after its last sample), and ``on_event(dict)`` for each process death seen (``exitcode``
-    or ``signal``, and ``by``: watchdog, kernel_oom or None). Either may raise :class:`StopRun` to end the
-    run at once (outcome ``timed_out``, the reason saying so) when what it was run to show has happened.
+    For a live view, ``on_sample(dict)`` is called from the monitor thread for every process at least four
+    times a second with ``t``, ``pid``, ``role`` (main / worker / other), ``name``, ``rss``, ``uss``, ``fds``,
+    ``shm_bytes`` and ``batches`` (and once more after the run, ``final=True`` with no memory figures, when
+    batches came after the main process's last sample), and ``on_event(dict)`` for each process death seen
+    (``exitcode`` or ``signal``, and ``by``: watchdog, kernel_oom or None). Either may raise
+    :class:`StopRun` to end the run at once.
 
     Only the run's own processes are ever signalled and only /dev/shm files the run created are removed.
     """

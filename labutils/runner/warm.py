@@ -1,41 +1,23 @@
 """The runner's side of the warm launcher (``zygote.py``): when a run may start from the template, and
 a Popen-like handle on a run started there.
 
-One template per runner process (a notebook kernel, a pytest worker, ``python -m labutils tour``), started
-by the first run that can use it and kept for the next ones; it ends when this process ends (end of file
-on its socket) or when :func:`shutdown` is called. A run takes the cold path (``python bootstrap.py``,
-a fresh interpreter) when starting from the template would not be the same thing:
-
-* ``LABUTILS_LAUNCHER=cold`` (or ``launcher="cold"``) asks for it;
-* the run sets environment variables (``env=``) other than the lab's knobs (``LAB_*``): they must exist
-  before torch is imported;
-* a memory budget or memory figures (``memory_detail``, or an ``on_sample`` listener such as the live
-  chart, which plots USS): the run's pages must all be its own from the first one (a warm child shares
-  torch's pages with the template, so its USS and its cgroup charge differ: the chart of a warm main
-  process would show some 200 MB less than a cold one, and hide what forked workers share with it);
-* a process limit (``max_processes``): the kernel counts threads too, and a warm child lacks the idle
-  OpenBLAS thread a fresh process has;
-* a private /dev/shm or a systemd scope: a wrapper command starts the run;
-* the learner's code sets an environment variable before it imports torch or numpy (``os.environ[...] =
-  ...``, ``setdefault``, ``update``, ``putenv``): native libraries read ``OMP_NUM_THREADS`` and the like
-  when they load, and in the template they loaded long ago;
-* the learner's code starts a session of its own (``os.setsid``): see :func:`starts_session`;
-* another interpreter (``python=``), or a platform without fork and working pidfds (tried, see
-  ``capabilities.pidfd``: without them the runner could not hold the template's child).
+One template per runner process (a notebook kernel, a pytest worker), started by the first run that can use
+it and kept for the next ones; it ends with this process (end of file on its socket) or at
+:func:`shutdown`. A run starts cold (``python bootstrap.py``) where starting from the template would not be
+the same thing; :func:`refusal` says why. Two of the reasons are measured: a warm child shares torch's pages
+with the template, so its USS and its cgroup charge are some 200 MB less than a cold one's (so no memory
+budget and no memory figures warm), and it lacks the idle OpenBLAS thread a fresh process has, which a
+process limit counts.
 
 Every request to the template has a time limit, and a request that fails in any way (a timeout, an
 interrupt between the question and the answer) discards the template: an answer left in the socket would
-be read as the answer to the next question.
-
-The template is started with this process's environment; if that changes, or anything else a fresh
-process would start with differently (a resource limit, the CPU affinity, the umask, or the installed
-packages: a ``%pip install`` in the kernel changes the site-packages directories, and torch's or numpy's
-files, which the template imported before), it is replaced before the next warm run.
+be read as the answer to the next question. The template is replaced before the next warm run when
+anything a fresh process would start with changes (the environment, :func:`process_state`; a ``%pip
+install`` in the kernel changes the packages the template imported).
 
 The template starts in the background (it imports torch: 2-3 s here, far more on a busy machine or a
-slow disk). A run waits for it at most as long as its own ``timeout`` (and :data:`START_TIMEOUT` in all);
-a run that would wait longer starts cold, and the template goes on starting for the next run. The wait
-is not the run's: the run's timeout and ``wall_time`` count from the moment its process starts.
+slow disk). A run waits for it at most its own ``timeout`` (and :data:`START_TIMEOUT` in all), else starts
+cold while the template goes on starting; the run's timeout and ``wall_time`` count from its own start.
 """
 
 from __future__ import annotations
@@ -54,8 +36,9 @@ from pathlib import Path
 from typing import Optional
 
 from . import capabilities
-from .procfs import start_ticks
+from .cgroupfs import creator_tag
 from .rundir import TMP_VARS
+from .zygote import send
 
 ZYGOTE = str(Path(__file__).with_name("zygote.py"))
 LAUNCHER_ENV = "LABUTILS_LAUNCHER"
@@ -73,22 +56,19 @@ def supported() -> bool:
     """Linux with fork, fd passing and pidfds that work here (probed, not assumed)."""
     return _SUPPORTED and capabilities.has_pidfd()
 
+
 _lock = threading.Lock()
 _template: Optional["_Template"] = None
-#: in the template's environment (so in every process forked from it: a warm run's main process and its
-#: forked workers): ``RUNNER_PID.RUNNER_START_TICKS``. What ``ownership.find_strays`` and the clean-up after
-#: a dead runner know a warm run's processes by; a warm run's own ``os.environ`` does not have it.
+#: ``RUNNER_PID.RUNNER_START_TICKS`` in the template's environment, so in every process forked from it:
+#: what ``ownership`` knows a warm run's forked processes by (a warm run's ``os.environ`` does not have it)
 TEMPLATE_ENV = "LABUTILS_TEMPLATE"
-#: in every run's environment (so in every process a run executes: spawn workers, a fork server, a
-#: resource tracker, subprocesses): the same ``RUNNER_PID.RUNNER_START_TICKS``. Where that runner is dead,
-#: the process is an orphan of a run nobody supervises (see ``ownership.clean_after_dead_runners``).
+#: the same mark in every run's environment, so in every process a run executes (spawn workers, a fork
+#: server, a resource tracker, subprocesses)
 RUNNER_ENV = "LABUTILS_RUNNER"
 
 
-def runner_mark() -> str:
-    """``PID.START_TICKS`` of this process: the runner's identity, as it is written into its runs."""
-    me = os.getpid()
-    return f"{me}.{start_ticks(me)}"
+#: ``PID.START_TICKS`` of this process: the runner's identity, as it is written into its runs
+runner_mark = creator_tag
 
 
 def refusal(setting: str, *, env: Optional[dict], prefix: list, budget, detail: bool, python: str,
@@ -140,9 +120,9 @@ _ENV_CALLS = ("setdefault", "update", "putenv", "__setitem__")
 
 
 def sets_env_before_import(source: str) -> bool:
-    """Does ``source`` write to the environment (``os.environ[k] = v``, ``os.environ.setdefault/update``,
-    ``os.putenv``) before its first import of torch or numpy (or write it with no such import in sight:
-    torch may come in through another module)? A file that does not parse: no (the run shows the error)."""
+    """Does ``source`` write to the environment before its first import of torch or numpy (or with no such
+    import in sight: torch may come in through another module)? Native libraries read ``OMP_NUM_THREADS``
+    and the like as they load, and in the template they loaded long ago."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -236,8 +216,7 @@ _packages: Optional[list] = None
 
 
 def process_state() -> tuple:
-    """What a fresh process would inherit or import differently from the template, apart from the
-    environment: every resource limit, the CPU affinity, the umask, and the installed packages' stamps."""
+    """What a fresh process would inherit or import differently from the template, apart from the environment."""
     global _packages
     if _packages is None:
         _packages = package_dirs()
@@ -251,10 +230,9 @@ class _Template:
         self.key = _key(env)
         self.state = process_state()
         ours, theirs = socket.socketpair()
-        mark = runner_mark()
         self.proc = subprocess.Popen([sys.executable, ZYGOTE, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env={**self.env, TEMPLATE_ENV: mark},
+                                     stderr=subprocess.DEVNULL, env={**self.env, TEMPLATE_ENV: runner_mark()},
                                      start_new_session=True)
         theirs.close()
         self.sock = ours
@@ -312,11 +290,7 @@ class _Template:
             got: list = []
             try:
                 self.sock.settimeout(max(0.001, timeout))
-                data = json.dumps(request).encode("utf-8") + b"\n"
-                if fds:
-                    socket.send_fds(self.sock, [data], list(fds))
-                else:
-                    self.sock.sendall(data)
+                send(self.sock, request, fds)
                 return json.loads(self._read(timeout, got)), got
             except BaseException as exc:
                 for fd in got:
@@ -431,7 +405,6 @@ class WarmProcess:
 
     def __init__(self, template: _Template, pid: int, pidfd: int):
         self.template, self.pid, self.pidfd, self.returncode = template, pid, pidfd, None
-        self.start_ticks = None
         self._released = False
 
     def wait(self) -> Optional[int]:
@@ -483,6 +456,4 @@ def spawn(env: dict, run_dir: str, cwd: Optional[str], stdout, stderr, wait: Opt
             os.close(fd)
         _release(template)
         raise OSError(f"the warm template could not start the run: {reply}")
-    proc = WarmProcess(template, int(reply["pid"]), fds[0])
-    proc.start_ticks = start_ticks(proc.pid)
-    return proc
+    return WarmProcess(template, int(reply["pid"]), fds[0])

@@ -1,16 +1,12 @@
 """The warm launcher: ``python zygote.py FD``, a template process that has imported torch once and forks
-one child per isolated run.
+one child per isolated run (``warm.refusal`` says which runs may start here).
 
-Importing torch costs a process 2-3 s of CPU here; a run that starts from this template skips it. The
-child is made to look like ``python bootstrap.py RUN_DIR`` started fresh by the runner: the same
+The child is made to look like ``python bootstrap.py RUN_DIR`` started fresh by the runner: the same
 interpreter and flags, its own session, stdio, working directory and environment, a new multiprocessing
-identity (authkey, process counter), reseeded RNGs (torch's default generator and numpy's global one;
-Python's ``random`` reseeds itself at fork), no inherited descriptors beyond 0-2, and a normal
-interpreter exit (atexit handlers run). The runner sends a run here only when that is equivalent; runs
-whose environment must exist before torch is imported, with a memory budget, a private /dev/shm or another
-interpreter take the cold path (see ``warm.refusal``).
+identity (authkey, process counter), reseeded RNGs, no inherited descriptors beyond 0-2, and a normal
+interpreter exit (atexit handlers run).
 
-Executed by path, never imported as part of the package. The protocol, one JSON line each way on the
+Executed by path (``warm`` imports only :func:`send`). The protocol, one JSON line each way on the
 socket ``FD`` (a socketpair with the runner), one request at a time:
 
 * ``{"op": "spawn", "run_dir", "cwd", "env"}`` with stdout and stderr descriptors attached
@@ -100,7 +96,7 @@ def _readline(sock: socket.socket, buf: bytearray, fds: list) -> bytes | None:
     return line
 
 
-def _send(sock: socket.socket, obj: dict, fds: tuple = ()) -> None:
+def send(sock: socket.socket, obj: dict, fds: tuple = ()) -> None:
     data = json.dumps(obj).encode("utf-8") + b"\n"
     if fds:
         socket.send_fds(sock, [data], list(fds))
@@ -187,7 +183,7 @@ def serve(fd: int):
         req = json.loads(line)
         op = req.get("op")
         if op == "ping":
-            _send(sock, {"ok": True, "pid": os.getpid()})
+            send(sock, {"ok": True, "pid": os.getpid()})
         elif op == "spawn":
             out_fd, err_fd = fds[0], fds[1]
             del fds[:2]
@@ -205,18 +201,18 @@ def serve(fd: int):
                 # does anything, rather than leave an unwatched copy of the learner's script running
                 os.kill(pid, 9)
                 os.waitpid(pid, 0)
-                _send(sock, {"error": f"pidfd_open failed ({exc}); the run was killed and reaped", "pid": pid})
+                send(sock, {"error": f"pidfd_open failed ({exc}); the run was killed and reaped", "pid": pid})
                 continue
-            _send(sock, {"pid": pid}, (pidfd,))
+            send(sock, {"pid": pid}, (pidfd,))
             os.close(pidfd)
         elif op == "reap":
             try:
                 _pid, status = os.waitpid(int(req["pid"]), 0)
             except ChildProcessError:
                 status = None
-            _send(sock, {"status": status})
+            send(sock, {"status": status})
         else:
-            _send(sock, {"error": f"unknown op {op!r}"})
+            send(sock, {"error": f"unknown op {op!r}"})
 
 
 if __name__ == "__main__":
