@@ -13,19 +13,10 @@ process (RLIMIT_NOFILE, start method), then runs the learner's code the way the 
 * ``notebook_main``: the source runs in a fresh ``__main__`` module that has no ``__file__``, exactly
   like a notebook or ``python -c``: spawn/forkserver children cannot import classes defined there.
 
-Its first act, when the runner made a memory-limited cgroup for the run, is to move itself into it
-(everything it starts inherits the group). DataLoader workers run their target through
-``_labutils_child.run`` (a copy of ``labutils/runner/child.py`` in the run directory, importable without the
-package), which registers their stack dump and semaphore record under spawn and forkserver too.
-
-Evidence is written to RUN_DIR as it happens (so that a run killed from outside still leaves it):
-``procs.jsonl`` (each process the main process starts), ``loader.jsonl`` (DataLoader iterators
-created, ``init_error`` for every exception that escaped ``iter(loader)``, ``error`` for every one that
-escaped ``next()``, even when the script catches them, and ``progress``: batches delivered per
-iterator, at most about four records a second plus a last one), ``created_shm.jsonl`` (named
-semaphores created by the run's processes), ``stacks/<pid>.txt`` (faulthandler dumps on SIGUSR1),
-``exc.json`` (the exception chain that ended the script) and ``final.json`` (exit codes of the
-processes it started).
+Its first act is to join the run's cgroups (everything it starts inherits them). DataLoader workers run
+their target through ``_labutils_child.run`` (a copy of ``child.py`` in the run directory, importable
+without the package), so that their hooks are registered under spawn and forkserver too. Evidence is
+written to RUN_DIR (the names in ``rundir``) as it happens, so that a run killed from outside still leaves it.
 """
 
 from __future__ import annotations
@@ -42,11 +33,8 @@ import os  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 
-#: this file: its frames are dropped from the tracebacks a run reports (read once: at the teardown the
-#: module's ``__file__`` may be gone)
-_HERE = os.path.abspath(__file__)
-#: the lab's files whose frames a run's reported tracebacks leave out: this one, and the copy of child.py
-#: whose wrappers sit around the DataLoader iterator's methods (added once it is imported)
+_HERE = os.path.abspath(__file__)  # read once: at the teardown the module's ``__file__`` may be gone
+#: the lab's files whose frames a run's reported tracebacks leave out: this one and the copy of child.py
 _OWN = {_HERE}
 
 
@@ -90,11 +78,9 @@ def _start_ticks(pid: int):
 
 
 def _append(name: str, record: dict) -> None:
-    try:
-        with open(os.path.join(RUN_DIR, name), "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, default=repr) + "\n")
-    except OSError:  # the run dir may be gone when a straggler writes late
-        pass
+    import _labutils_child
+
+    _labutils_child.append(RUN_DIR, name, record)
 
 
 def _record_exit_of(popen_class) -> None:
@@ -188,11 +174,6 @@ def _watch_sigchld() -> None:
     signal_handling._error_if_any_worker_fails = checked
 
 
-def _lab_default_start_method() -> None:
-    """Apply the lab's start-method switch (``LABUTILS_START_METHOD``) as a changed default, not a set one."""
-    _by_path("startmethod").apply_requested(emulate_preload=True)
-
-
 _exit_code = [0]  # what the script's end means for the exit status, for final.json
 
 
@@ -273,13 +254,13 @@ def main() -> None:
     _labutils_child.record_temp_dirs(RUN_DIR)
     _track_processes()
     _watch_dataloader()
-    if os.environ.get("LABUTILS_START_METHOD"):  # the lab's switch: a changed default, not a set one
-        _lab_default_start_method()
+    startmethod = _by_path("startmethod")
+    startmethod.apply_requested(emulate_preload=True)  # the lab's switch: a changed default, not a set one
     if cfg.get("start_method"):  # the run's own choice wins over the switch, and is a default too: the
-        _by_path("startmethod").set_default(cfg["start_method"])  # script may still set_start_method()
+        startmethod.set_default(cfg["start_method"])  # script may still set_start_method()
     # decided for this process and its forks: the script's own `import labutils` must not apply the switch
     # again over the run's choice (it does in the interpreters this one starts)
-    _by_path("startmethod").mark_decided()
+    startmethod.mark_decided()
     _follow_imports()
     sys.unraisablehook = _Unraisable(sys.unraisablehook)
     _run_target(cfg)
@@ -364,7 +345,6 @@ def _run_as_main(path: str) -> None:
     if os.path.isdir(path) or (not path.endswith(".py") and zipfile.is_zipfile(path)):  # a __main__.py: runpy's
         runpy.run_path(path, run_name="__main__")
         return
-    import builtins
     import types
     from importlib.machinery import SourceFileLoader
 
@@ -402,7 +382,6 @@ def _run_target(cfg: dict) -> None:
                 with open(os.path.join(RUN_DIR, _rd.VALUE), "w", encoding="utf-8") as fh:
                     json.dump(value, fh, default=repr)
         elif mode == "notebook_main":
-            import builtins
             import types
 
             path = cfg["path"]

@@ -28,13 +28,17 @@ _stack_file = None  # kept open for faulthandler for the life of the process
 _stack_pid = None
 
 
-def _append(run_dir: str, name: str, record: dict) -> None:
+def append(run_dir: str, name: str, record: dict) -> None:
+    """One JSON line in one write (``O_APPEND``: whole lines, whoever else writes); nothing where the run
+    directory is gone (a straggler writing late) or the write fails."""
     try:
         fd = os.open(os.path.join(run_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    except OSError:  # the run directory is gone: a straggler writing late
+    except OSError:
         return
     try:
-        os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
+        os.write(fd, (json.dumps(record, default=repr) + "\n").encode("utf-8"))
+    except OSError:
+        pass
     finally:
         os.close(fd)
 
@@ -199,7 +203,7 @@ def _record_semaphores(run_dir: str, synchronize) -> None:
                 ino = os.stat(os.path.join("/dev/shm", entry)).st_ino
             except OSError:
                 ino = None
-            _append(run_dir, "created_shm.jsonl", {"name": entry, "ino": ino, "pid": os.getpid(),
+            append(run_dir, "created_shm.jsonl", {"name": entry, "ino": ino, "pid": os.getpid(),
                                                    "t": time.time()})
 
     __init__._labutils_wrapped = True
@@ -231,7 +235,7 @@ def _record_temp_dirs(run_dir: str, util) -> None:
                 ino = os.stat(path).st_ino
             except OSError:
                 ino = None
-            _append(run_dir, "created_tmp.jsonl", {"path": path, "ino": ino, "pid": os.getpid(), "t": time.time()})
+            append(run_dir, "created_tmp.jsonl", {"path": path, "ino": ino, "pid": os.getpid(), "t": time.time()})
         return path
 
     get_temp_dir._labutils_wrapped = True

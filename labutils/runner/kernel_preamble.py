@@ -37,11 +37,7 @@ class _Evidence:
         self.started: list = []
 
     def append(self, name: str, record: dict, folder=None) -> None:
-        try:
-            with open(os.path.join(folder or self.folder, name), "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record, default=repr) + "\n")
-        except OSError:
-            pass
+        _child["append"](folder or self.folder, name, record)
 
     def loader(self, record: dict) -> None:
         self.append(_rd.LOADER, record, self.run_dir)
