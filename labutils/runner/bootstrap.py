@@ -3,20 +3,14 @@
 This file is executed by path (never imported as part of the package), so that starting a run costs
 no more than starting Python: it imports nothing heavy and leaves torch to the learner's code.
 
-It reads ``RUN_DIR/config.json``, applies the per-run settings that must be applied from inside the
-process (RLIMIT_NOFILE, start method), then runs the learner's code the way the config asks:
-
-* ``file``: like ``python script.py``: the file runs as ``__main__`` and spawn/forkserver children
-  import it back as ``__mp_main__`` (so an unguarded script reproduces the missing-guard trap);
-* ``func``: imports ``module`` and calls ``func(*args)``; ``__main__`` is this bootstrap, so spawn
-  children never re-run learner code;
-* ``notebook_main``: the source runs in a fresh ``__main__`` module that has no ``__file__``, exactly
-  like a notebook or ``python -c``: spawn/forkserver children cannot import classes defined there.
-
-Its first act is to join the run's cgroups (everything it starts inherits them). DataLoader workers run
-their target through ``_labutils_child.run`` (a copy of ``child.py`` in the run directory, importable
-without the package), so that their hooks are registered under spawn and forkserver too. Evidence is
-written to RUN_DIR (the names in ``rundir``) as it happens, so that a run killed from outside still leaves it.
+It reads ``RUN_DIR/config.json``, joins the run's cgroups first (everything it starts inherits them),
+applies the settings that must be applied from inside the process (rlimits, start method), then runs the
+learner's code: a ``file`` as ``python script.py`` does (:func:`_run_as_main`), a ``func`` with this
+bootstrap as ``__main__`` (so spawn children never re-run learner code), or ``notebook_main`` code in a
+``__main__`` without ``__file__``, as a notebook has. DataLoader workers run their target through
+``_labutils_child.run`` (``child.py``), so that their hooks are registered under spawn and forkserver too.
+Evidence is written to RUN_DIR (the names in ``rundir``) as it happens, so that a run killed from outside
+still leaves it.
 """
 
 from __future__ import annotations

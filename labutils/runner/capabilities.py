@@ -4,18 +4,9 @@ A Python build can define ``os.pidfd_open`` while the running kernel (older than
 seccomp profile refuses the call; a systemd user manager can accept ``MemoryMax=`` and enforce nothing
 (memory on cgroup v1, or not delegated). So each capability is probed by doing it for real, the answer is
 cached for the process, and the runner, ``doctor`` and ``result.launcher``/``result.memory_limit`` all read
-the same answer:
-
-* ``pidfd``: ``os.pidfd_open`` on this very process and a null signal through it; without it processes
-  are tracked by pid plus start time (checked again before every signal) and the warm launcher is off;
-* ``cgroup_memory`` / ``cgroup_pids``: which cgroup version holds the controller for this process, and
-  whether the lab may make a child group there (a ``mkdir`` and ``rmdir`` of a group of its own);
-* ``systemd_scope``: a ``systemd-run --user --scope -p MemoryMax=64M`` that reads its own ``memory.max``
-  back (only tried when a run needs it, or by ``doctor``: it can take seconds);
-* ``kmsg``: ``/dev/kmsg`` opened for reading (the kernel's OOM lines for a run);
-* ``private_shm``: ``unshare`` mounting a tmpfs on /dev/shm in a private mount namespace.
-
-Each answer is a :class:`Capability`: what was tried, what came of it, and which fallback is active.
+the same answer: a :class:`Capability`, saying what was tried, what came of it, and which fallback is
+active. The slow probes (``systemd_scope``, ``private_shm``: seconds) run only when a run or ``doctor``
+needs them.
 """
 
 from __future__ import annotations
@@ -72,7 +63,6 @@ def _cached(name: str, probe) -> Capability:
     return cap
 
 
-# --------------------------------------------------------------------------- pidfd
 def pidfd() -> Capability:
     return _cached("pidfd", _probe_pidfd)
 
@@ -104,7 +94,6 @@ def _probe_pidfd() -> Capability:
     return Capability("pidfd", True, tried, "works", fallback)
 
 
-# --------------------------------------------------------------------------- kmsg
 def kmsg() -> Capability:
     return _cached("kmsg", _probe_kmsg)
 
@@ -120,7 +109,6 @@ def _probe_kmsg() -> Capability:
     return Capability("kmsg", True, tried, "readable", fallback)
 
 
-# --------------------------------------------------------------------------- cgroups
 def cgroup(controller: str) -> Capability:
     """``controller`` is ``"memory"`` or ``"pids"``."""
     return _cached("cgroup_" + controller, lambda: _probe_cgroup(controller))
@@ -148,7 +136,6 @@ def _probe_cgroup(controller: str) -> Capability:
                       {"version": version, "directory": where, "writable": True})
 
 
-# --------------------------------------------------------------------------- systemd scope
 def systemd_scope() -> Capability:
     return _cached("systemd_scope", _probe_systemd)
 
@@ -185,7 +172,6 @@ def systemd_verdict(read_back: str, limit: int, tried: str, fallback: str) -> Ca
                       "nothing", fallback)
 
 
-# --------------------------------------------------------------------------- private /dev/shm
 def private_shm() -> Capability:
     return _cached("private_shm", _probe_private_shm)
 
@@ -218,7 +204,6 @@ def _probe_private_shm() -> Capability:
                       "this run", fallback)
 
 
-# --------------------------------------------------------------------------- all of them
 def probe_all(expensive: bool = True) -> list:
     """Every capability (the slow systemd and unshare probes only with ``expensive``), for ``doctor``."""
     caps = [pidfd(), cgroup("memory"), cgroup("pids"), kmsg()]

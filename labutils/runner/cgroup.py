@@ -70,7 +70,6 @@ class RunCgroup:
                         "limit there (memory on cgroup v1, or the controller not delegated)")
         return self.verified
 
-    # ---------------------------------------------------------------- for the bootstrap
     @property
     def procs_file(self) -> Optional[str]:
         """The file the run's main process writes its pid into (None for a systemd scope: already in)."""
@@ -88,11 +87,6 @@ class RunCgroup:
                 if self.directory is not None:
                     self.verify()
                 return
-
-    # ---------------------------------------------------------------- evidence
-    def oom_kills(self) -> Optional[int]:
-        record = self.record()
-        return None if record is None else record.get("oom_kill")
 
     def record(self) -> Optional[dict]:
         """The kernel's counters for the group now (kept: a systemd scope vanishes with its processes)."""

@@ -1,19 +1,9 @@
 """Small hooks that run inside every process of an isolated run (the main process and its workers).
 
-The bootstrap loads this file by path under the name ``_labutils_child`` and puts a copy of it in the run
-directory (on ``sys.path``), so that spawn and forkserver workers can unpickle a reference to :func:`run`
-without importing the ``labutils`` package (which would cost them its import time). It imports only the
-standard library, and nothing heavy.
-
-* :func:`register_stacks`: ``faulthandler`` on SIGUSR1 writes this process's Python stack to
-  ``RUN_DIR/stacks/<pid>.txt``; the file's existence tells the runner that the signal is safe to send
-  (SIGUSR1 would kill a process without the handler).
-* :func:`record_semaphores`: every named multiprocessing semaphore this process creates is appended to
-  ``RUN_DIR/created_shm.jsonl`` with its inode, so the runner removes only files its run created;
-* :func:`record_temp_dirs`: the same for multiprocessing's ``/tmp/pymp-*`` folder (``created_tmp.jsonl``).
-* :func:`run`: the target a DataLoader worker runs instead of its own: the two hooks, then the real one.
-* :func:`when_imported` and :func:`watch_loaders`: the main process's records of its DataLoader iterators,
-  for the bootstrap and (loaded by path) the notebook kernel's preamble alike.
+The runner puts a copy of this file in the run directory (on ``sys.path``, as ``_labutils_child``), so
+that spawn and forkserver workers can unpickle a reference to :func:`run` without importing the
+``labutils`` package (which would cost them its import time). It imports only the standard library. The
+notebook kernel's preamble loads it by path too, for :func:`watch_loaders`.
 """
 
 from __future__ import annotations
@@ -44,7 +34,8 @@ def append(run_dir: str, name: str, record: dict) -> None:
 
 
 def register_stacks(run_dir: str) -> None:
-    """Dump this process's Python stack (all threads) to ``RUN_DIR/stacks/<pid>.txt`` on SIGUSR1."""
+    """Dump this process's Python stack (all threads) to ``RUN_DIR/stacks/<pid>.txt`` on SIGUSR1 (the file
+    tells the runner that the signal is safe to send: without the handler it would kill the process)."""
     global _stack_file, _stack_pid
     if not hasattr(signal, "SIGUSR1") or _stack_pid == os.getpid():
         return
@@ -184,7 +175,7 @@ def _iter_record(loader, number: int) -> dict:
 
 def record_semaphores(run_dir: str) -> None:
     """Record the name and inode of every named semaphore created by this process (and forked children),
-    from the moment ``multiprocessing.synchronize`` is imported."""
+    so that the runner removes only files its run created."""
     when_imported("multiprocessing.synchronize", lambda module: _record_semaphores(run_dir, module))
 
 

@@ -71,7 +71,7 @@ def outcome(how: str, rc: Optional[int], spec, monitor, stderr: str, cfg: dict) 
 
 
 def output(run_dir: str) -> tuple:
-    """``(stdout, stderr, truncated)``: both read to :data:`OUTPUT_CAP`; ``truncated`` says what was cut."""
+    """``(stdout, stderr, truncated)``, both read to :data:`OUTPUT_CAP`."""
     texts, truncated = [], {}
     for key, name in (("stdout", _rd.STDOUT), ("stderr", _rd.STDERR)):
         text, size, cut = _rd.read_capped(os.path.join(run_dir, name), OUTPUT_CAP)
@@ -82,9 +82,7 @@ def output(run_dir: str) -> tuple:
 
 
 def assemble(run, monitor, records: _rd.RunRecords, kernel_lines: list, how: str) -> RunResult:
-    """The :class:`RunResult` of a finished run. ``run`` holds ``spec``, ``cfg``, ``options``, ``run_dir``,
-    ``proc``, ``group``, ``ticks``, ``kernel_record``, ``stacks``, ``wall``, shm and stray figures; ``records``
-    what the run's processes wrote (read once, :meth:`labutils.runner.rundir.RunDir.read`)."""
+    """The :class:`RunResult` of a finished run (``run``: what ``isolate._collect`` gathered)."""
     d, proc, group = run.run_dir, run.proc, run.group
     exits = {p["pid"]: p.get("exitcode") for p in records.final.get("processes", []) if isinstance(p, dict)}
     rc = proc.returncode

@@ -99,7 +99,7 @@ class RunGroup:
 
     def refused_forks(self) -> None:
         if self.pids is not None and self.process_limit is not None:
-            self.process_limit["refused"] = (_pids.current(self.pids) or {}).get("refused")
+            self.process_limit["refused"] = _pids.refused(self.pids)
 
     def remove(self) -> list:
         """Remove the groups made for the run; return (and keep in ``leftover``) those that stayed."""

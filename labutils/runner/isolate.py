@@ -34,7 +34,6 @@ _BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
 _CHILD = str(Path(__file__).with_name("child.py"))
 _SHM = "/dev/shm"
 
-# --------------------------------------------------------------------------- private /dev/shm
 #: set to ``(None, reason)`` to refuse private mounts in this process (``shmwatch.refuse_private_mounts``)
 _shm_support: Optional[tuple] = None
 
@@ -47,7 +46,6 @@ def private_shm_support() -> tuple:
     return (list(cap.detail["prefix"]), None) if cap.available else (None, cap.result)
 
 
-# --------------------------------------------------------------------------- the runner
 @takes_run_options
 def run_isolated(code: Optional[str] = None, **options) -> RunResult:
     """Run learner code in a fresh Python process and return what happened as a :class:`RunResult`.
@@ -161,7 +159,7 @@ def _wait_leader(proc, pidfd, wake_r, deadline, monitor) -> str:
             time.sleep(0.02 if remaining is None else min(0.02, remaining))
         if monitor.stalled is not None:
             return "stalled"
-        if monitor.overflow:
+        if monitor.overflow_of is not None:
             return "output"
         if monitor.failed_closed:
             return "monitor"

@@ -1,5 +1,4 @@
-"""The monitor of one run: a thread that watches its processes (verified, with a handle each), memory,
-progress and deaths, enforces the watchdog budget and detects a stall."""
+"""The monitor of one run: the thread that watches it while it runs, and its stack dumps."""
 
 from __future__ import annotations
 
@@ -34,12 +33,9 @@ MAX_TICK_ERRORS = 20
 
 
 class Monitor(threading.Thread):
-    """Watches the run: its processes (verified, with a handle each), memory, progress and deaths.
-
-    It enforces the watchdog budget when the kernel does not, detects a stall, keeps peak memory per
-    process and, for the live lab, calls ``on_sample``/``on_event``. What it reads each tick depends on who
-    needs it: the process tree and each RSS always; PSS/USS only for the watchdog, ``memory_detail`` or a
-    listener; fds and shared memory only for a listener.
+    """Watches the run: its processes (verified, with a handle each), memory, progress and deaths; enforces
+    the watchdog budget when the kernel does not, detects a stall and calls ``on_sample``/``on_event``.
+    PSS/USS are read only for the watchdog, ``memory_detail`` or a listener (a costly read each tick).
     """
 
     def __init__(self, procs, run_dir: str, spec, cgroup=None, watchdog_budget: Optional[int] = None, wake=None):
@@ -53,7 +49,6 @@ class Monitor(threading.Thread):
         self.wake = wake
         self.errors: list = []  # what went wrong in a tick: the watch carried on (see run())
         self.failed_closed = False  # the watchdog could not watch any more, so the run was stopped
-        self.overflow = False
         self.stop_requested: Optional[str] = None  # a listener raised StopRun: its message
         self.output_limit, self.evidence_limit = OUTPUT_LIMIT, EVIDENCE_LIMIT
         self.overflow_of: Optional[str] = None  # "output" or the evidence file that grew past its limit
@@ -80,7 +75,6 @@ class Monitor(threading.Thread):
         self._oom_attributed = 0
         self.kernel_oom_pids: list = []
 
-    # ------------------------------------------------------------------ evidence from the run's files
     def _read_logs(self) -> None:
         for rec in self._exits.read():
             if isinstance(rec.get("pid"), int) and isinstance(rec.get("exitcode"), int):
@@ -110,7 +104,6 @@ class Monitor(threading.Thread):
             return "worker"
         return "other"
 
-    # ------------------------------------------------------------------ one tick
     def _tick(self) -> bool:
         tree = _descendants(self.pid)
         for pid in tree[1:]:
@@ -243,7 +236,7 @@ class Monitor(threading.Thread):
                 self.callback_errors.append(repr(exc))
 
     def _check_output(self) -> None:
-        if self.overflow:
+        if self.overflow_of is not None:
             return
         sizes = {}
         for path in self._outputs + self._evidence:
@@ -256,7 +249,6 @@ class Monitor(threading.Thread):
         elif sum(sizes[p] for p in self._evidence) > self.evidence_limit:
             self.overflow_of = os.path.basename(max(self._evidence, key=sizes.__getitem__))
         if self.overflow_of is not None:
-            self.overflow = True
             if self.wake is not None:
                 self.wake()
 
@@ -285,9 +277,9 @@ class Monitor(threading.Thread):
 
     def _count_oom_kills(self) -> None:
         """The kernel's OOM kills in the run's memory cgroup so far (its ``memory.events``), where it has one."""
-        count = self.cgroup.oom_kills() if self.cgroup is not None else None
-        if count is not None:
-            self._oom_count = count
+        record = self.cgroup.record() if self.cgroup is not None else None
+        if record is not None:
+            self._oom_count = record["oom_kill"]
 
     def finish(self) -> None:
         """A last look after the main process ended (deaths, logs), from the caller's thread."""

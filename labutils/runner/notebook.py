@@ -19,7 +19,6 @@ __all__ = ["run_notebook"]
 _RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notebook_runner.py")
 
 
-# =========================================================================== notebooks
 def run_notebook(path: str, kw: dict, interval: float):
     """Execute the notebook in a Jupyter kernel inside an isolated run; a RunResult of the kernel's evidence."""
     start_method = option("start_method").check("start_method", kw.pop("start_method", None))  # the kernel's
@@ -74,10 +73,7 @@ def _kernel_result(outer, path: str, start_method: Optional[str]):
                                                                   notebook=os.path.abspath(path)),
     )
     for name in ("memory_limit", "stall", "stacks"):
-        if getattr(outer, name, None) is not None:
-            try:
-                setattr(result, name, getattr(outer, name))
-            except AttributeError:
-                pass
+        if getattr(outer, name) is not None:
+            setattr(result, name, getattr(outer, name))
     result.__dict__["failing_cell"] = nb.get("cell")
     return result

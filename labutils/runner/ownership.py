@@ -19,7 +19,7 @@ from . import capabilities as _caps
 from . import procs as _procs
 from . import rundir as _rd
 from . import warm as _warm
-from .cgroupfs import own_cgroup
+from .cgroupfs import own_cgroup, read_file
 from .procfs import start_ticks, start_wall, stat_fields
 
 _SHM = "/dev/shm"
@@ -116,24 +116,13 @@ def ledger(created: list, leftover: list, ticks: Mapping) -> None:
 
 
 def find_strays() -> list:
-    """Pids of this user's processes left over from finished isolated runs.
+    """Pids of this user's processes left over from finished isolated runs (expected: ``[]``).
 
-    * A cold run's processes, workers included, carry ``LABUTILS_RUN_DIR`` in their environment; the
-      directory is deleted when the run is over, so a live process that still names a missing directory
-      has outlived its run. "Missing" is judged as that process sees the file system (through
-      ``/proc/PID/root``): with a private /tmp (``PrivateTmp=``, a per-user mount namespace, a container)
-      a live run's directory is invisible from here but there for it.
-    * A warm run's forked processes carry the template's mark (``LABUTILS_TEMPLATE``, its runner's pid
-      and start time) in the environment they inherited. One has outlived its run when its session's
-      main process is gone (the number is free, or a newer process's), or when the runner is dead.
-      Both are read from /proc, so a kernel restart loses nothing.
-    * Any process whose environment names a runner that is dead (``LABUTILS_RUNNER``, every run's) has
-      outlived its run, wherever its run directory was.
-
-    Only processes of this user (real uid) are looked at: another user's runs are theirs. Expected
-    result: ``[]``. This is a report for a person to read, not a kill list: ``run_isolated`` already stops
-    and removes its own runs' processes by identity, and a pid listed here may be gone or reused by the
-    time it is read.
+    One has outlived its run when its environment names a run directory that is gone (as that process sees
+    the file system, through ``/proc/PID/root``: a private /tmp hides a live run's directory from here), or
+    a runner that is dead, or (a warm run's forked process, known by the template's mark) when its
+    session's main process is gone. This is a report for a person to read, not a kill list: a pid listed
+    here may be gone or reused by the time it is read.
     """
     strays = []
     me = os.getuid()
@@ -218,7 +207,6 @@ def leftover_shm() -> list:
 
 
 
-# --------------------------------------------------------------------------- after a dead runner
 RUN_DIR_PREFIX = "labutils-run-"
 _cleaned = threading.Event()
 _NAME = re.compile(r"^labutils-(?:run|pids|probe)-(\d+)\.(\d+)-[0-9a-f]+$")
@@ -235,11 +223,8 @@ def make_run_dir() -> str:
     if len(inside) <= _rd.TMP_MAX_LEN:
         os.mkdir(inside, 0o700)
         return run_dir
-    # The caller's temporary folder is too deep for the sockets made below it (macOS's /var/folders/...,
-    # a test's nested TMPDIR): the run's folder is a new one in the short /tmp instead. An owner file in
-    # it names its runner (pid, start ticks) and a token that the run directory records with the folder's
-    # path, device and inode: it goes with the run directory (remove_run_dir), or, where its runner was
-    # killed first, with the next runner's clean-up (clean_after_dead_runners), by that identity.
+    # Too deep for the sockets made below it (macOS's /var/folders/..., a test's nested TMPDIR): a folder
+    # in the short /tmp, known by an owner file whose token the run directory records (see _tmp_elsewhere)
     for base in _SHORT_TMP_BASES:
         try:
             short = tempfile.mkdtemp(prefix=TMP_DIR_PREFIX, dir=base)
@@ -352,8 +337,6 @@ def clean_after_dead_runners(tmp: Optional[str] = None, force: bool = False) -> 
 
 
 def _clean_short_tmp_dirs(done: dict) -> None:
-    """``labutils-tmp-*`` folders (a run's temporary folder outside its run directory) whose owner file names
-    a dead runner: the run directory that would have removed it went with its runner, or is gone."""
     for base in _SHORT_TMP_BASES:
         for path in _prefixed(base, TMP_DIR_PREFIX):
             owner = _short_owner(path)
@@ -364,10 +347,6 @@ def _clean_short_tmp_dirs(done: dict) -> None:
 
 
 def _clean_orphans_of_dead_runners(done: dict) -> None:
-    """Every process of a run carries its runner's identity: exec'd ones in ``LABUTILS_RUNNER``, a warm run's
-    forked ones (a Pool's workers, a forked helper) in the template's mark. Where that runner is dead, they
-    are orphans of a run nobody supervises any more, wherever its run directory was (a test session's
-    own temporary folder, say)."""
     me = os.getuid()
     try:
         entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
@@ -387,9 +366,8 @@ def _clean_orphans_of_dead_runners(done: dict) -> None:
 
 
 def kill_verified(pid: int, still_ours) -> bool:
-    """SIGKILL ``pid`` if ``still_ours(pid)`` holds while a handle on it is held: a pidfd where pidfds work
-    (a recycled number can never be hit), else its start time read before and after the check (a window
-    of microseconds remains between the last read and the signal, as in psutil)."""
+    """SIGKILL ``pid`` if ``still_ours(pid)`` holds while a handle on it is held (a pidfd, else its start
+    time read again: see ``procs``)."""
     ticks = start_ticks(pid)
     if ticks is None:
         return False
@@ -444,7 +422,7 @@ def _clean_run_dirs(tmp: str, done: dict) -> None:
 
 def _kill_marked(run_dir: str) -> list:
     """SIGKILL every live process whose environment names ``run_dir``: verified by a handle, as a run's."""
-    procs = _procs.RunProcesses.orphans(run_dir)
+    procs = _procs.RunProcesses(run_dir, None)
     procs.sweep()
     living = procs.living()
     for proc in living:
@@ -476,22 +454,14 @@ def _clean_cgroups(done: dict) -> None:
 
 
 def _kill_group(path: str) -> None:
-    """The processes in a dead runner's group are that run's: the group is the lab's, made for it."""
+    """Kill the processes of a dead runner's group (the lab's, made for that run), then leave it empty."""
     procs_file = os.path.join(path, "cgroup.procs")
 
     def in_group(pid: int) -> bool:  # checked with the handle held: the same process
-        try:
-            with open(procs_file, encoding="ascii") as fh:
-                return str(pid) in fh.read().split()
-        except OSError:
-            return False
+        return str(pid) in (read_file(procs_file) or "").split()
 
     for _ in range(50):
-        try:
-            with open(procs_file, encoding="ascii") as fh:
-                pids = [int(x) for x in fh.read().split()]
-        except (OSError, ValueError):
-            return
+        pids = [int(x) for x in (read_file(procs_file) or "").split() if x.isdigit()]
         if not pids:
             return
         for pid in pids:

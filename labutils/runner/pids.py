@@ -2,10 +2,8 @@
 
 Two mechanisms, tried in this order:
 
-* **a child cgroup of the lab's own pids cgroup** (the path in ``/proc/self/cgroup``), where the lab
-  may create one (root, or a delegated cgroup v2 with the pids controller enabled for children): its
-  ``pids.max`` counts the run's tasks only. The run's main process joins it as the bootstrap's first
-  act; the group is removed after the run, once it is empty. No other cgroup file is written.
+* **a child cgroup of the lab's own pids cgroup**, made and joined as the memory one is (``cgroup``),
+  where the lab may create one: its ``pids.max`` counts the run's tasks only.
 * **RLIMIT_NPROC** for a user other than root (root ignores it): the kernel counts every task of the
   user, so the soft limit is set to the user's tasks now plus the run's allowance; the user's other
   processes starting meanwhile take from the same allowance.
@@ -83,10 +81,7 @@ def prepare(limit: int) -> tuple:
     return None, f"{why_cgroup}; {why_rlimit}"
 
 
-def current(group: Optional[RunCgroup]) -> Optional[dict]:
-    """The group's counters now (``pids.current``, ``pids.events`` max) for the run's record."""
-    if group is None or group.directory is None:
-        return None
+def refused(group: RunCgroup) -> Optional[int]:
+    """The forks the group's ``pids.max`` refused so far (``pids.events``), for the run's record."""
     events = (read_file(os.path.join(group.directory, "pids.events")) or "").split()
-    refused = int(events[1]) if len(events) == 2 and events[0] == "max" and events[1].isdigit() else None
-    return {"refused": refused}
+    return int(events[1]) if len(events) == 2 and events[0] == "max" and events[1].isdigit() else None

@@ -45,7 +45,8 @@ class RunProcess:
 
 
 class RunProcesses:
-    """The verified processes of one run, with a handle on each."""
+    """The verified processes of one run, with a handle on each. Without a ``leader_pid`` (a run whose
+    runner is gone), its processes are known by the run's environment marker alone."""
 
     def __init__(self, run_dir: str, leader_pid: Optional[int], cgroup=None):
         self.leader = leader_pid
@@ -55,14 +56,9 @@ class RunProcesses:
         self.refused: dict = {}  # pid -> start ticks of processes checked and found not ours
         self.stopped: set = set()  # pids that :meth:`terminate` found alive beside or after the main process
         self.lock = threading.Lock()
-        self._leader_ticks = _start_ticks_of(leader_pid)
+        self._leader_ticks = None if leader_pid is None else start_ticks(leader_pid)
         if leader_pid is not None:
             self.adopt(leader_pid, why="started by the lab")
-
-    @classmethod
-    def orphans(cls, run_dir: str) -> "RunProcesses":
-        """The processes of a run whose runner is gone: known by the run's environment marker alone."""
-        return cls(run_dir, None)
 
     def leader_unreaped(self) -> bool:
         """Is the main process still un-reaped (alive or a zombie), so that its number is still its own?"""
@@ -80,7 +76,6 @@ class RunProcesses:
                 pass
         return self._leader_ticks is not None and start_ticks(self.leader) == self._leader_ticks
 
-    # ---------------------------------------------------------------- identity
     def _environ_marked(self, pid: int) -> bool:
         try:
             with open(f"/proc/{pid}/environ", "rb") as fh:
@@ -89,8 +84,6 @@ class RunProcesses:
             return False
 
     def _in_session(self, pid: int) -> bool:
-        """In the main process's session: it started one (setsid) and is not reaped, so its pid is the session's
-        id and nobody else's; an orphaned worker keeps it after its parent is gone."""
         fields = stat_fields(pid)
         try:
             return bool(fields) and int(fields[3]) == self.leader and self.leader_unreaped()
@@ -111,7 +104,7 @@ class RunProcesses:
         return False
 
     def adopt(self, pid: int, ticks: Optional[int] = None, why: str = "") -> Optional[RunProcess]:
-        """Take a handle on ``pid`` if it is verifiably the run's; ``ticks``: its start time if known."""
+        """Take a handle on ``pid`` if it is verifiably the run's (and started at ``ticks``, if given)."""
         with self.lock:
             proc = self.known.get(pid)
             if proc is not None:
@@ -129,7 +122,6 @@ class RunProcesses:
                     if exc.errno == errno.ESRCH:
                         return None  # gone already
                     pidfd = None  # out of fds, say: the start-time path below still identifies it
-            # The pidfd is open: while the process it holds is alive, ``pid`` means that process.
             ok = start_ticks(pid) == now_ticks and not self._exited_fd(pidfd)
             if ok and pid != self.leader:
                 ok = self._descends(pid) or self._in_session(pid) or self._environ_marked(pid) or bool(
@@ -170,7 +162,6 @@ class RunProcesses:
         for pid in candidates:
             self.adopt(pid, why="found by the sweep (marker, session or cgroup)")
 
-    # ---------------------------------------------------------------- state and signals
     def alive(self, proc: RunProcess) -> bool:
         if proc.pidfd is not None:
             if self._exited_fd(proc.pidfd):
@@ -266,10 +257,6 @@ class RunProcesses:
                     except OSError:
                         pass
                     proc.pidfd = None
-
-
-def _start_ticks_of(pid: Optional[int]) -> Optional[int]:
-    return None if pid is None else start_ticks(pid)
 
 
 def _identify(pid: int) -> tuple:

@@ -9,8 +9,6 @@ from typing import Any, Optional
 
 from .. import _lazy
 
-OUTCOMES = ("ok", "failed", "timed_out", "unsupported")
-
 
 def signal_name(num: Optional[int]) -> Optional[str]:
     """``9 -> 'SIGKILL'``; None stays None; unknown numbers become ``'signal 42'``."""
@@ -122,7 +120,6 @@ class RunResult:
     #: cgroups made for the run that could not be removed after it (expected: [])
     leftover_cgroups: list = field(default_factory=list)
 
-    # ------------------------------------------------------------------ convenient views
     @property
     def ok(self) -> bool:
         return self.outcome == "ok"
@@ -198,7 +195,6 @@ class RunResult:
             return "killed by the runner after the time limit"
         return describe_exit(self.returncode)
 
-    # ------------------------------------------------------------------ rendering
     @property
     def memory_limit_text(self) -> Optional[str]:
         """One line: who enforced the memory budget, and what the kernel recorded."""

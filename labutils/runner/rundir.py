@@ -4,11 +4,8 @@ The runner, the bootstrap, the run's processes and the diagnosis read and write 
 these names. The bootstrap is executed by path and loads this file by path too (importing the package would
 cost a run its start-up time), so it imports only the standard library. ``child.py`` is copied into the run
 directory and loaded from there, so it repeats the names it writes (``STACKS``, ``CREATED_SHM``,
-``CREATED_TMP``); ``tests/test_runner_rundir.py`` checks that they agree.
-
-After a run, :meth:`RunDir.read` reads every record file once into one :class:`RunRecords`, which the
-clean-up (``ownership``) and the result (``evidence``) take. Every file is read to a cap: a run can write
-without end.
+``CREATED_TMP``); ``tests/test_runner_rundir.py`` checks that they agree. Every file is read to a cap: a
+run can write without end.
 """
 
 from __future__ import annotations
@@ -131,13 +128,9 @@ class Tail:
 
 
 class RunRecords(namedtuple("RunRecords", "procs created_shm created_tmp loader_events emitted final exc value")):
-    """What a finished run's processes wrote, each file read once (:meth:`RunDir.read`): ``procs`` (a dict per
-    process the main process started: ``pid``, ``start_ticks``, ``name``...), ``created_shm`` (name -> inode
-    or None of each named semaphore the run's processes created), ``created_tmp`` (``(path, inode or
-    None)`` of each ``pymp-*`` folder they made), ``loader_events``, ``emitted`` (the ``labutils.emit``
-    records, merged), ``final`` (``{"processes": [{"pid", "exitcode"}, ...]}`` as the main process left
-    it), ``exc`` (the exception chain that ended the script, a dict per exception) and ``value`` (a func=
-    run's return value). Plain stdlib types: the bootstrap loads this module by path, before anything."""
+    """What a finished run's processes wrote, each file read once by :meth:`RunDir.read` (for the clean-up
+    and the result), one field per :class:`RunDir` reader. Plain stdlib types: the bootstrap loads this
+    module by path."""
 
     __slots__ = ()
 

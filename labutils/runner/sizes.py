@@ -25,15 +25,8 @@ _SIZE_RE = re.compile(
 
 
 def parse_size(value: int | float | str) -> int:
-    """Return a size in bytes from an int or a string such as ``"512M"``, ``"8MiB"``, ``"1.5G"``, ``"64k"``.
-
-    K, M, G, T, P are binary multiples (1024-based) with or without ``i``/``B``: ``"100MB"`` is
-    ``100 * 1024**2``. A bare number is bytes. Fractional results are rounded down to whole bytes.
-
-    Raises:
-        ValueError: for negative, empty, non-finite or unrecognised input, with a message that shows
-            accepted forms.
-    """
+    """Bytes from an int or a string such as ``"512M"`` (a bare number is bytes; a fraction is rounded
+    down); ValueError, with the accepted forms, for anything else."""
     if isinstance(value, bool):
         raise ValueError(f"invalid size {value!r}: expected a number of bytes or a string like '512M'")
     if isinstance(value, int):
@@ -62,10 +55,7 @@ def parse_size(value: int | float | str) -> int:
 
 
 def format_size(n: int | float) -> str:
-    """Format a byte count with a binary unit and one decimal: ``format_size(8 * 2**20) == "8.0 MiB"``.
-
-    Counts under 1024 are shown as whole bytes (``"512 B"``); negative counts keep their sign.
-    """
+    """A byte count with a binary unit and one decimal: ``format_size(8 * 2**20) == "8.0 MiB"``, ``"512 B"``."""
     sign = "-" if n < 0 else ""
     n = abs(n)
     if n < 1024:

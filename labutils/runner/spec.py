@@ -1,14 +1,10 @@
 """The options of one isolated run, declared once in a table, and checked once.
 
-:data:`OPTIONS` holds one :class:`Option` row per keyword of :func:`labutils.run_isolated`: its name, type,
-default, command-line flag and help. Everything else is built from the table: ``run_isolated``'s keywords
-(its signature and the list in its docstring), the fields of :class:`RunSpec`, and the flags a front end
-adds with :func:`add_run_options`. A new run limit is one row here (plus what the runner does with it).
-
-:meth:`RunSpec.build` checks every value once, before any resource (a directory, an fd, a cgroup, a
-process) is taken. A bad value is one line that names the argument and what is allowed
-(``shm_size=0: is below 64 KiB; give e.g. '8M'``); on a command line the same error names the flag
-(``exc.for_option()`` gives ``--shm-size 0: is below 64 KiB; give e.g. '8M'``). A front end::
+:data:`OPTIONS` holds one :class:`Option` row per keyword of :func:`labutils.run_isolated`; its signature
+and docstring, the fields of :class:`RunSpec` and the flags of :func:`add_run_options` are built from it:
+a new run limit is one row here (plus what the runner does with it). :meth:`RunSpec.build` checks every
+value before any resource is taken; a bad value is one line naming the argument and what is allowed, and
+``exc.for_option()`` names the command line's flag instead. A front end::
 
     parser = argparse.ArgumentParser(prog="mytool")
     add_run_options(parser, ["timeout", "shm_size"], timeout=None)   # this tool's own default
@@ -299,12 +295,9 @@ def _listener(argument: str, value: Any) -> Optional[Callable]:
 
 @dataclass(frozen=True)
 class Option:
-    """One row of :data:`OPTIONS`: a keyword of ``run_isolated``, a field of :class:`RunSpec` and, where
-    ``flag`` is set, an option of the command lines built with :func:`add_run_options`.
-
-    ``check(name, value)`` returns the value the run uses or raises :class:`IsolationError`; ``parse`` says
-    how a command line's text becomes the value (``str``, ``int``, ``float``; ``bool``: a switch; ``dict``:
-    ``KEY=VALUE``, repeatable), before ``check`` sees it. ``report``: shown in ``result.options``."""
+    """One row of :data:`OPTIONS`. ``check(name, value)`` returns the value the run uses or raises
+    :class:`IsolationError`; ``parse`` turns a command line's text into the value before ``check`` sees it
+    (``bool``: a switch; ``dict``: ``KEY=VALUE``, repeatable). ``report``: shown in ``result.options``."""
 
     name: str
     type: str

@@ -73,11 +73,7 @@ def decided() -> bool:
 
 def apply_requested(emulate_preload: bool = False) -> Optional[str]:
     """Apply ``LABUTILS_START_METHOD`` to this process if it is set; return the method applied, or None.
-
-    With ``emulate_preload`` (the runner's bootstrap, where a script is ``__main__``) and ``forkserver``
-    asked for, the fork server also preloads the main script the way Python 3.14's does
-    (:func:`emulate_fixed_forkserver_preload`).
-    """
+    ``emulate_preload``: the runner's bootstrap, where a script is ``__main__`` (see below)."""
     method = requested()
     if method is not None:
         set_default(method)
@@ -117,16 +113,12 @@ _EMULATION_LOCK = threading.Lock()  # one patched server start at a time (the pa
 def emulate_fixed_forkserver_preload() -> bool:
     """Make this process's fork server preload ``__main__`` as Python 3.14's does; True if it had to.
 
-    What 3.14 does when it starts the server (with ``"__main__"`` in the preload list, the default): it
-    sets the server's ``sys.argv`` and ``sys.path`` to the parent's (gh-143706, gh-117378) and imports the
-    main script there as ``__mp_main__``, with the bootstrapping check armed; workers forked from the
-    server then find the script already imported and do not run it again. The server, a fresh interpreter,
-    also has 3.14's default start method, forkserver, so a loader that an unguarded top level starts there
-    trips the bootstrapping check and the server dies, as on 3.14. Here the server's command line gets the
-    same steps: the argument it already passes (``main_path``) is filled in, and the assignments (argv,
-    path, default start method) go in front of its command. Nothing else of the server changes, and a
-    Python that does this itself is left alone. The lab applies it only under its forkserver switch
-    (``LABUTILS_START_METHOD=forkserver``), which stands for 3.14's default.
+    3.14 sets the server's ``sys.argv`` and ``sys.path`` to the parent's (gh-143706, gh-117378) and
+    imports the main script there as ``__mp_main__``, with the bootstrapping check armed, so workers forked
+    from the server do not run it again; the server, a fresh interpreter, has forkserver as its default too,
+    so a loader that an unguarded top level starts there kills the server, as on 3.14. Here the server's
+    command line gets the same steps (its ``main_path`` filled in; argv, path and default start method set
+    in front of its command), and nothing else. A Python that does this itself is left alone.
     """
     import functools
     import types

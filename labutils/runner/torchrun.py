@@ -5,9 +5,6 @@ command) inside :func:`labutils.run_isolated`, so the launcher, every rank and e
 workers are processes of that one run: the run's time limit covers them all, and nothing of the launch is
 left running afterwards. The rendezvous is local (``--standalone``: a c10d store on a free port of this
 machine), so nothing leaves the host.
-
-The result's diagnosis (:func:`labutils.explain`) reads torchrun's "Root Cause (first observed failure)"
-block and the failed rank's own traceback: it names the cause and the rank (``diagnosis.launch``).
 """
 
 from __future__ import annotations
