@@ -254,7 +254,7 @@ class _Run:
             self.monitor.stop.set()
             self.monitor.join(timeout=5)
         if self.procs is not None:
-            self.procs.terminate(leader_alive=True, helper_grace=0.5)
+            self.procs.terminate(helper_grace=0.5)
         if self.proc is not None:
             self.proc.wait()
         if self.procs is not None:
@@ -298,7 +298,7 @@ def _collect(run: _Run, how: str, shm_before: set) -> RunResult:
     """Kill what is left of the run, reap its main process, remove its files, and assemble the result."""
     cg, procs, proc = run.group.memory, run.procs, run.proc
     run.kernel_record = cg.record() if cg is not None else None
-    run.left = procs.terminate(leader_alive=how != "exited")
+    run.left = procs.terminate()
     proc.wait()  # reaped only now: until here its number could not be anybody else's
     if cg is not None:
         run.kernel_record = cg.record() or run.kernel_record

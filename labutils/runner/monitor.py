@@ -54,7 +54,7 @@ class Monitor(threading.Thread):
         self.overflow_of: Optional[str] = None  # "output" or the evidence file that grew past its limit
         self._outputs = [os.path.join(run_dir, _rd.STDOUT), os.path.join(run_dir, _rd.STDERR)]
         self._evidence = [os.path.join(run_dir, name) for name in EVIDENCE_FILES]
-        self.seen: dict = {}  # pid -> {"create_time", "name", "ppid", "peak_rss", "peak_uss", "role", ...}
+        self.seen: dict = {}  # pid -> {"peak_rss", "peak_uss", "role"}
         self.samples: list = []
         self.kills: list = []
         self.events: list = []
@@ -83,7 +83,7 @@ class Monitor(threading.Thread):
             if str(rec.get("target", "")).endswith("_worker_loop"):
                 self.worker_pids.add(rec.get("pid"))
             if rec.get("pid") is not None:
-                self.procs.adopt(rec["pid"], rec.get("start_ticks"), why="started by the run's main process")
+                self.procs.adopt(rec["pid"], rec.get("start_ticks"))
         for rec in self._loader.read():
             event, it = rec.get("event"), rec.get("iter")
             if event == "iter" and it is not None:
@@ -131,15 +131,9 @@ class Monitor(threading.Thread):
             rss = _rss(pid)
             if not rss:  # gone, or exiting (its memory is already released)
                 continue
-            info = self.seen.get(pid)
-            if info is None:
-                info = self.seen[pid] = {
-                    "create_time": None, "ppid": proc.ppid, "name": proc.name, "peak_rss": 0,
-                    "peak_uss": None, "first_seen": now, "role": self._role(pid, proc.name),
-                    "start_ticks": proc.ticks}
+            info = self.seen.setdefault(pid, {"peak_rss": 0, "peak_uss": None})
             info["role"] = self._role(pid, proc.name)
             info["peak_rss"] = max(info["peak_rss"], rss)
-            info["last_seen"] = now
             roll = _rollup(pid) if need_full else None
             if roll is not None:
                 charged += roll["Pss"] if not any(k["pid"] == pid for k in self.kills) else 0

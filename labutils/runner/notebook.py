@@ -1,7 +1,5 @@
-"""Diagnose a notebook: execute it cell by cell in a real Jupyter kernel (nbclient) started inside an
-isolated run (the run's script is ``notebook_runner.py``; the kernel's first cell loads
-``kernel_preamble.py``, both by path), and make a RunResult of what the kernel recorded (its exception,
-loader events, workers)."""
+"""Diagnose a notebook: execute it in a real Jupyter kernel inside an isolated run (the run's script is
+``notebook_runner.py``), and make a RunResult of what the kernel recorded."""
 
 from __future__ import annotations
 

@@ -2,9 +2,8 @@
 Jupyter kernel, execute the notebook in it cell by cell, emit what the kernel recorded, and leave no kernel
 process behind. ``sys.argv[1]`` is the JSON config: ``path`` (the notebook) and ``start_method``.
 
-The kernel's first cell (not the learner's) loads :mod:`labutils.runner.kernel_preamble` by path, which
-records in the kernel what the bootstrap records in a script. A failing cell is named by its index among
-the learner's cells and its first line of code.
+The kernel's first cell (not the learner's) loads :mod:`labutils.runner.kernel_preamble` by path. A
+failing cell is named by its index among the learner's cells and its first line of code.
 """
 
 import json

@@ -37,11 +37,10 @@ HELPER_CMDLINE = ("multiprocessing.resource_tracker",)
 
 
 class RunProcess:
-    __slots__ = ("pid", "ticks", "pidfd", "name", "helper", "why", "ppid")
+    __slots__ = ("pid", "ticks", "pidfd", "name", "helper")
 
-    def __init__(self, pid, ticks, pidfd, name, helper, why, ppid):
-        self.pid, self.ticks, self.pidfd, self.name = pid, ticks, pidfd, name
-        self.helper, self.why, self.ppid = helper, why, ppid
+    def __init__(self, pid, ticks, pidfd, name, helper):
+        self.pid, self.ticks, self.pidfd, self.name, self.helper = pid, ticks, pidfd, name, helper
 
 
 class RunProcesses:
@@ -58,7 +57,7 @@ class RunProcesses:
         self.lock = threading.Lock()
         self._leader_ticks = None if leader_pid is None else start_ticks(leader_pid)
         if leader_pid is not None:
-            self.adopt(leader_pid, why="started by the lab")
+            self.adopt(leader_pid)
 
     def leader_unreaped(self) -> bool:
         """Is the main process still un-reaped (alive or a zombie), so that its number is still its own?"""
@@ -103,7 +102,7 @@ class RunProcesses:
             pid, seen = int(fields[1]), seen + 1
         return False
 
-    def adopt(self, pid: int, ticks: Optional[int] = None, why: str = "") -> Optional[RunProcess]:
+    def adopt(self, pid: int, ticks: Optional[int] = None) -> Optional[RunProcess]:
         """Take a handle on ``pid`` if it is verifiably the run's (and started at ``ticks``, if given)."""
         with self.lock:
             proc = self.known.get(pid)
@@ -132,10 +131,7 @@ class RunProcesses:
                 self.refused[pid] = now_ticks
                 return None
             name, helper = _identify(pid)
-            fields = stat_fields(pid) or []
-            ppid = int(fields[1]) if len(fields) > 1 else None
-            proc = self.known[pid] = RunProcess(pid, now_ticks, pidfd, name, helper,
-                                                why or "descends from the run", ppid)
+            proc = self.known[pid] = RunProcess(pid, now_ticks, pidfd, name, helper)
             return proc
 
     @staticmethod
@@ -160,7 +156,7 @@ class RunProcesses:
                                               or self._environ_marked(pid)):
                     candidates.add(pid)
         for pid in candidates:
-            self.adopt(pid, why="found by the sweep (marker, session or cgroup)")
+            self.adopt(pid)
 
     def alive(self, proc: RunProcess) -> bool:
         if proc.pidfd is not None:
@@ -191,7 +187,7 @@ class RunProcesses:
             procs = list(self.known.values())
         return [p for p in procs if self.alive(p)]
 
-    def terminate(self, leader_alive: bool = True, helper_grace: float = 2.0) -> list:
+    def terminate(self, helper_grace: float = 2.0) -> list:
         """SIGKILL every process of the run, the run's clean-up helpers last; return pids still alive.
 
         The processes other than the main process found alive here (they outlived it) go to ``stopped``:
@@ -201,10 +197,8 @@ class RunProcesses:
         Helpers (multiprocessing's resource_tracker, torch_shm_manager) unlink what the run registered with
         them once every other process of the run is gone, so they get ``helper_grace`` seconds to do that
         and exit by themselves. (A longer grace widens the window in which a warm run's helpers, alive after
-        its main process, look like strays to another session's ``find_strays``.)
-        The process group of the main process is killed only while the main process is verifiably un-reaped
-        (it is the group's leader: its number cannot have been reused); once someone else reaped it (SIGCHLD
-        ignored in the kernel, a dead template), the number may be a stranger's.
+        its main process, look like strays to another session's ``find_strays``.) The main process's group
+        is killed only while it is un-reaped (see the module's docstring).
         """
         for _round in range(2):
             self.sweep()
