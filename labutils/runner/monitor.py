@@ -104,7 +104,7 @@ class Monitor(threading.Thread):
             return "worker"
         return "other"
 
-    def _tick(self) -> bool:
+    def _tick(self) -> None:
         tree = _descendants(self.pid)
         for pid in tree[1:]:
             self.procs.adopt(pid)
@@ -157,7 +157,6 @@ class Monitor(threading.Thread):
                     self._reported_batches = self.batches
         if self.stall_limit is not None and self.stalled is None:
             self._check_stall(wall, alive_now)
-        return bool(tree)
 
     def _watchdog_kill(self, rows: list, charged: int, now: float) -> None:
         candidates = [r for r in rows if not any(k["pid"] == r[0].pid for k in self.kills)]

@@ -324,25 +324,17 @@ class _Template:
 
     def _poison(self, op: str, exc: BaseException) -> None:
         self.poisoned = f"{op}: {exc!r}"
-        self._kill()
+        self.close(grace=0)
 
-    def _kill(self) -> None:
-        """End the template now; its children (a run it started) die with it (PDEATHSIG)."""
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def close(self) -> None:
+    def close(self, grace: float = 5.0) -> None:
+        """End the template (it exits at end of file on its socket; SIGKILL after ``grace`` seconds); its
+        children (a run it started) die with it (PDEATHSIG)."""
         try:
             self.sock.close()
         except OSError:
             pass
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
