@@ -264,9 +264,8 @@ def _short_owner(path: str) -> Optional[dict]:
 
 
 def _tmp_elsewhere(run_dir: str) -> Optional[str]:
-    """The run's temporary folder outside its run directory, if it has one and it is still the folder that
-    was made for it (same device and inode, this user's, its owner file holding the token the run
-    directory records): else None."""
+    """The run's temporary folder outside its run directory, if it is still the folder made for it (same
+    device and inode, this user's, its owner file holding the token the run directory records)."""
     rec = _rd.read_json(os.path.join(run_dir, _rd.TMP_ELSEWHERE))
     if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
         return None
@@ -279,12 +278,10 @@ def _tmp_elsewhere(run_dir: str) -> Optional[str]:
 
 
 def run_temp_dir(run_dir: str) -> Optional[str]:
-    """The folder a run's processes get as TMPDIR/TEMP/TMP, so a pymp-* folder, a torchelastic log folder, a
-    torch shm manager's socket folder or a mkstemp file of a process killed before its clean-up is not left
-    in the caller's temporary folder: ``RUN_DIR/tmp``, or where that path is too long for the AF_UNIX
-    sockets made below it (at most 107 bytes), a ``labutils-tmp-*`` folder in /tmp made for this run. Both
-    go with the run directory (:func:`remove_run_dir`). None where neither could be made: the run then uses
-    the caller's temporary folder and :func:`remove_temp_dirs` removes the pymp-* folders it recorded."""
+    """The folder a run's processes get as TMPDIR/TEMP/TMP (``rundir.TMP``): ``RUN_DIR/tmp``, or where that
+    path is too long for the AF_UNIX sockets made below it, a ``labutils-tmp-*`` folder in /tmp made for this
+    run. None where neither could be made: the run then uses the caller's temporary folder and
+    :func:`remove_temp_dirs` removes the pymp-* folders it recorded."""
     path = os.path.join(run_dir, _rd.TMP)
     if len(path) <= _rd.TMP_MAX_LEN and os.path.isdir(path):
         return path

@@ -49,11 +49,8 @@ class StopRun(Exception):
 
 
 class IsolationError(ValueError):
-    """A run_isolated argument the runner cannot honour; the message says what to do.
-
-    For a bad value of one argument, ``argument`` (the Python name, e.g. ``"shm_size"``), ``value`` and
-    ``problem`` are set too, so that a front end can name its option: ``exc.for_option()``.
-    """
+    """A run_isolated argument the runner cannot honour; the message says what to do. For a bad value of
+    one argument, ``argument`` (e.g. ``"shm_size"``), ``value`` and ``problem`` are set too."""
 
     def __init__(self, message: str, *, argument: Optional[str] = None, value: Any = None,
                  problem: Optional[str] = None):
@@ -61,9 +58,8 @@ class IsolationError(ValueError):
         self.argument, self.value, self.problem = argument, value, problem
 
     def for_option(self, option: Optional[str] = None) -> str:
-        """The message with a command line's name for the argument: ``--shm-size 0: is below 64 KiB...``.
-
-        ``option`` defaults to the argument's flag in :data:`OPTIONS`; with neither, the message is as is."""
+        """The message with a command line's name for the argument (default: its flag in :data:`OPTIONS`):
+        ``--shm-size 0: is below 64 KiB...``."""
         row = _BY_NAME.get(self.argument)
         option = option or (row.flag if row is not None else None)
         if option is None or self.problem is None:
