@@ -33,12 +33,13 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 from . import startmethod as _startmethod
 from .pids import MIN_MAX_PROCESSES
 from .sizes import format_size, parse_size
-from .warm import LAUNCHER_ENV, LAUNCHERS
 
 START_METHODS = ("fork", "spawn", "forkserver")
 MIN_MEMORY_BUDGET = 64 * 2**20
 MEMORY_ENFORCEMENTS = ("auto", "kernel", "watchdog")
 MEMORY_ENFORCEMENT_ENV = "LABUTILS_MEMORY_ENFORCEMENT"
+LAUNCHERS = ("auto", "warm", "cold")
+LAUNCHER_ENV = "LABUTILS_LAUNCHER"
 
 
 class StopRun(Exception):

@@ -41,8 +41,6 @@ from .rundir import TMP_VARS
 from .zygote import send
 
 ZYGOTE = str(Path(__file__).with_name("zygote.py"))
-LAUNCHER_ENV = "LABUTILS_LAUNCHER"
-LAUNCHERS = ("auto", "warm", "cold")
 #: variables read by the lab at run time, never by an import: a change in them does not need a new template
 RUNTIME_ENV = frozenset({"LABUTILS_RUN_DIR", "LABUTILS_START_METHOD", "LABUTILS_MEMORY_ENFORCEMENT",
                          "LABUTILS_LAUNCHER", "LABUTILS_SHM_LEDGER", "PYTEST_CURRENT_TEST", "LABUTILS_RUNNER"})
