@@ -5,12 +5,12 @@ no more than starting Python: it imports nothing heavy and leaves torch to the l
 
 It reads ``RUN_DIR/config.json``, joins the run's cgroups first (everything it starts inherits them),
 applies the settings that must be applied from inside the process (rlimits, start method), then runs the
-learner's code: a ``file`` as ``python script.py`` does (:func:`_run_as_main`), a ``func`` with this
-bootstrap as ``__main__`` (so spawn children never re-run learner code), or ``notebook_main`` code in a
-``__main__`` without ``__file__``, as a notebook has. DataLoader workers run their target through
-``_labutils_child.run`` (``child.py``), so that their hooks are registered under spawn and forkserver too.
-Evidence is written to RUN_DIR (the names in ``rundir``) as it happens, so that a run killed from outside
-still leaves it.
+learner's code: a ``file`` as ``python script.py`` does (:func:`_run_as_main`: an unguarded script
+springs the missing-guard trap as there), a ``func`` with this bootstrap as ``__main__`` (so spawn children
+never re-run learner code), or ``notebook_main`` code in a ``__main__`` without ``__file__``, as a notebook
+has. DataLoader workers run their target through ``_labutils_child.run`` (``child.py``), so that their
+hooks are registered under spawn and forkserver too. Evidence is written to RUN_DIR (the names in
+``rundir``) as it happens, so that a run killed from outside still leaves it.
 """
 
 from __future__ import annotations
