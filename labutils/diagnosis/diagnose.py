@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from ..runner.result import RunResult
 from . import messages as vocab
 from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
 from .decide import _decide, _summary, fixes_of
@@ -33,17 +34,13 @@ __all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOO
 
 # =========================================================================== explain
 def explain(obj) -> Diagnosis:
-    """Name the cause of a failed (or successful) DataLoader run.
-
-    ``obj`` is a :class:`~labutils.runner.result.RunResult`, a live exception (``except Exception as e:
-    labutils.explain(e)``) or the text of a log (a ``str``: what a job printed, pasted). Returns a
-    :class:`Diagnosis`.
-    """
+    """The :class:`Diagnosis` of a :class:`~labutils.runner.result.RunResult`, a live exception (``except
+    Exception as e: labutils.explain(e)``) or a log's text (a ``str``: what a job printed, pasted)."""
     if isinstance(obj, str):
         return explain_log(read_text(obj))
     if isinstance(obj, BaseException):
         facts = facts_from_exception(obj)
-    elif hasattr(obj, "outcome") and hasattr(obj, "loader_events"):
+    elif isinstance(obj, RunResult):
         if obj.outcome == "unsupported":
             return Diagnosis(UNSUPPORTED, f"the run could not start here: {obj.reason}",
                              [f"runner: {obj.reason}"], [], "high", "run")
@@ -55,7 +52,7 @@ def explain(obj) -> Diagnosis:
         raise TypeError(f"explain() takes a RunResult, an exception or a log's text (str), not "
                         f"{type(obj).__name__}")
 
-    tree = build_tree(obj, _run_method(facts)) if facts.source == "run" else []
+    tree = build_tree(facts, _run_method(facts)) if facts.source == "run" else []
     cause, mine, conf, others, recovered = _decide(facts)
     verdicts = _child_verdicts(facts, tree)
     chosen = next((v for v in verdicts if _child_decides(facts, v, cause)), None)
@@ -112,8 +109,8 @@ def _with_open_question(d: Diagnosis, mine: list) -> Diagnosis:
 
 # =========================================================================== a log's text
 def explain_log(log: LogText) -> Diagnosis:
-    """The diagnosis of a log's text (read by :func:`labutils.diagnosis.logread.read_logs`): the primary
-    failure printed in it, with the platform's words as evidence; ``source`` is ``"log"``."""
+    """The diagnosis of the primary failure printed in a log (:func:`.logread.read_logs`), with the platform's
+    words as evidence."""
     facts, others, words = facts_from_text(log.text)
     memory = memory_words(words)
     stuck = _stuck_where(log.text) if not facts.ended and facts.main_signal is None else ""

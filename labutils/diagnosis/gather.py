@@ -47,6 +47,10 @@ def facts_from_result(result) -> _Facts:
     for ev in result.events:  # the monitor's record of each death, in order
         if isinstance(ev.get("t"), (int, float)):
             facts.ended_at.setdefault(ev.get("pid"), ev["t"])
+        if ev.get("signal"):
+            facts.exit_status[ev.get("pid")] = -ev["signal"]
+        elif ev.get("exitcode") is not None:
+            facts.exit_status.setdefault(ev.get("pid"), ev["exitcode"])
     facts.workers = list(result.workers)
     mine = {w.pid for w in result.workers}
     facts.other_loader_workers = len({ev.get("pid") for ev in result.events
