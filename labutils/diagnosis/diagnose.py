@@ -1,13 +1,9 @@
-"""Name the cause of a DataLoader failure from the evidence it left: ``explain(obj)`` of a
-:class:`~labutils.runner.result.RunResult`, a live exception or a log's text gives a :class:`Diagnosis` (one
-cause of :mod:`labutils.diagnosis.causes`, a summary, the evidence used, the fixes and their notebooks).
-
-A message counts only where it was raised (the bootstrap records what escaped ``iter()``/``next()``, and a
-traceback's frames say whose code raised it); stderr counts only where a child process printed it and a
-failure of the run corroborates it. The failure that ended the run is explained first: not through the
-DataLoader, it is ``outside_loader``; else its findings are ranked by :data:`PRECEDENCE`, and echoes of a
-worker's death decide only when nothing else does. An error the script caught and survived is listed, not
-chosen, unless it is the only one (then the summary says the script recovered).
+"""Name the cause of a DataLoader failure: ``explain(obj)`` of a RunResult, a live exception or a log's text
+gives a :class:`Diagnosis`. Its evidence is gathered (:mod:`.gather`, :mod:`.logread`), read by the rules
+(:mod:`.rules`), chosen among (:mod:`.decide`), and placed in the run's process tree (:mod:`.tree`,
+:mod:`.torchrun`). A message counts only where it was raised (the bootstrap records what escaped
+``iter()``/``next()``, a traceback's frames say whose code raised it); stderr counts only where a child
+process printed it and a failure of the run corroborates it.
 """
 
 from __future__ import annotations
