@@ -333,9 +333,9 @@ def printed_chains(text: str, headless: bool = True) -> list:
                 else:
                     break
             chain.reverse()  # printed oldest first: the one that ended the process first here
+            links = [e.link for e in chain]  # each one's separator, above it as printed: the link below it now
             for n, e in enumerate(chain):
-                e.link = None if n == 0 else (chain[n - 1].link or "cause")
-            chain[0].link = None
+                e.link = links[n - 1] if n else None
             chain[0].ignored = _after_ignored(lines, start)
             out.append((start, chain))
         else:
