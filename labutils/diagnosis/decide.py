@@ -188,19 +188,22 @@ def _decide(facts: _Facts) -> tuple:
 
 
 def decide_process(facts: _Facts, chain: list, returncode: Optional[int], saw: str, codes: Optional[dict] = None,
-                   **more) -> tuple:
-    """A child or a torchrun rank explained from its own ``chain`` like a script: ``(its facts, cause, findings,
-    confidence, others, recovered)``; its workers are those its messages name (statuses from ``codes``)."""
+                   **more) -> dict:
+    """A child or a torchrun rank explained from its own ``chain`` like a script: its verdict (``cause``,
+    ``mine``, ``conf``, ``others``, ``recovered``, ``summary``); its workers are those its messages name
+    (statuses from ``codes``)."""
     sub = _Facts(source="run", outcome="failed", returncode=returncode, options=dict(facts.options),
                  env=dict(facts.env), kernel_record=facts.kernel_record, since=facts.since, ended=chain,
                  workers=workers_named(chain, codes), **more)
     cause, mine, conf, others, recovered = _decide(sub)
     if not chain and sub.main_signal is None:
-        return sub, UNKNOWN, mine, "low", others, recovered
-    found = worker_line(facts.stderr, saw) if conf == "low" and cause in ("worker_exit", UNKNOWN) else None
-    if found is not None:
-        cause, mine, conf, others = found.cause, [found], "medium", mine + others
-    return sub, cause, mine, conf, others, recovered
+        cause, conf = UNKNOWN, "low"
+    elif conf == "low" and cause in ("worker_exit", UNKNOWN):
+        found = worker_line(facts.stderr, saw)
+        if found is not None:
+            cause, mine, conf, others = found.cause, [found], "medium", mine + others
+    summary = _summary(cause, sub, mine, recovered) if cause in CATALOGUE and cause != "ok" else ""
+    return {"cause": cause, "mine": mine, "conf": conf, "others": others, "recovered": recovered, "summary": summary}
 
 
 def _decide_ended(facts: _Facts) -> tuple:

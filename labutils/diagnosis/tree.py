@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..runner import startmethod
-from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
-from .decide import _summary, decide_process, fixes_of
+from .causes import LOADER_CAUSES, UNKNOWN
+from .decide import decide_process, fixes_of
 from .evidence import _exit_words, _Facts, _short, _worker_pids_named, last_chain, printed_chains
 from .messages import signal_from_word
 from .model import Diagnosis, probe_lines
@@ -188,15 +188,13 @@ def _process_verdict(facts: _Facts, node, tree: list) -> dict:
     """Explain one child process from its own chain, like a script of its own (its workers: the pids its
     messages name, with the exit statuses the runner saw)."""
     # under forkserver the fork server, not the child, is its workers' parent: the child sees only their death
-    sub, cause, mine, conf, others, recovered = decide_process(
+    verdict = decide_process(
         facts, node.chain, node.exitcode, "the child that owned it saw only the generic 'exited unexpectedly'",
         {n.pid: n.exitcode for n in tree if n.role == "worker"}, memory_limit=facts.memory_limit,
         watchdog_kills=list(facts.watchdog_kills))
-    if node.via == "stderr" and not node.exitcode and conf == "high":
-        conf = "medium"  # printed on stderr, and no failure of that process recorded to corroborate it
-    summary = _summary(cause, sub, mine, recovered) if cause in CATALOGUE else ""
-    return {"node": node, "cause": cause, "mine": mine, "conf": conf, "others": others, "sub": sub,
-            "summary": summary}
+    if node.via == "stderr" and not node.exitcode and verdict["conf"] == "high":
+        verdict["conf"] = "medium"  # printed on stderr, and no failure of that process recorded to corroborate it
+    return dict(verdict, node=node)
 
 
 def _child_decides(facts: _Facts, verdict: dict, main_cause: str) -> bool:
