@@ -13,7 +13,7 @@ from typing import Optional
 
 from ..runner.result import RunResult
 from . import messages as vocab
-from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
+from .causes import CATALOGUE, CAUSES, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
 from .decide import _decide, _summary, fixes_of
 from .evidence import _batches, _exit_words, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
 from .gather import facts_from_exception, facts_from_result
@@ -24,8 +24,8 @@ from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_th
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method, build_tree
 
-__all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "explain", "explain_log",
-           "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures", "worker_death_kind"]
+__all__ = ["CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "explain", "explain_log", "is_worker_death", "kernel_killed",
+           "rank_output", "torchrun_failures", "worker_death_kind"]
 
 
 # =========================================================================== explain
