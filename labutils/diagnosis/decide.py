@@ -190,8 +190,9 @@ def _decide(facts: _Facts) -> tuple:
 def decide_process(facts: _Facts, chain: list, returncode: Optional[int], saw: str, codes: Optional[dict] = None,
                    **more) -> dict:
     """A child or a torchrun rank explained from its own ``chain`` like a script: its verdict (``cause``,
-    ``mine``, ``conf``, ``others``, ``recovered``, ``summary``); its workers are those its messages name
-    (statuses from ``codes``)."""
+    ``mine``, ``conf``, ``others``, ``recovered``, ``summary``). Its workers are those its messages name
+    (statuses from ``codes``); where it saw only an echo of a worker's death, the line the worker printed as
+    it died decides (``saw`` says what the process saw)."""
     sub = _Facts(source="run", outcome="failed", returncode=returncode, options=dict(facts.options),
                  env=dict(facts.env), kernel_record=facts.kernel_record, since=facts.since, ended=chain,
                  workers=workers_named(chain, codes), **more)
