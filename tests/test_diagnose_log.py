@@ -10,11 +10,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import pytest
 
 from labutils.diagnosis import logread
 from labutils.diagnosis.diagnose import explain
+from labutils.diagnosis.evidence import printed_chains
 from labutils.runner.result import ExceptionInfo, ProcessInfo, RunResult
 
 PY = sys.executable
@@ -112,6 +114,24 @@ def test_a_traceback_cut_at_the_top_is_still_read():
     cut = KILLED_SEGV.split("\n", 3)[3]  # no header, no first frame
     d = explain("...\n" + cut)
     assert d.cause == "native_crash", d
+
+
+def test_each_link_of_a_printed_chain_keeps_its_own_separator():
+    """A chain printed oldest first, with one "direct cause" and one "During handling" line, read outermost
+    first: each link is the separator printed above it (it was read as "cause" for every link)."""
+    try:
+        try:
+            try:
+                raise KeyError("a")
+            except KeyError:
+                raise ValueError("b")  # noqa: B904 - the implicit __context__ is the point
+        except ValueError as exc:
+            raise RuntimeError("c") from exc
+    except RuntimeError as exc:
+        text = "".join(traceback.format_exception(exc))
+    chain = printed_chains(text)[0][1]
+    assert [(e.type, e.link) for e in chain] == [("RuntimeError", None), ("ValueError", "cause"),
+                                                 ("KeyError", "context")]
 
 
 def test_a_dataloader_message_quoted_in_another_exceptions_message():

@@ -1,11 +1,7 @@
-"""The cause catalogue: every cause id the diagnosis can name, in one place; a new cause is one entry here plus
-a broken and a fixed script in ``labutils/scenarios/``. Nothing here imports torch or reads the machine.
-
-Each :class:`Cause` holds its stable id (``diagnose --json`` prints it), its summary, its fixes with the notebooks
-that demonstrate them, the texts a learner sees for it (the cheat sheet's and the README map's source), the
-handout's ``short`` first fix (under 15 words, PyTorch and Python alone) and variants: another summary and fixes
-for the same id where the evidence differs. :data:`ECHOES` are messages that are no cause of their own;
-:data:`PRECEDENCE` orders the causes when one failure shows the evidence of several.
+"""The cause catalogue: every cause id the diagnosis can name (``diagnose --json`` prints it), with its summary,
+fixes and their notebooks, the messages a learner sees for it (the cheat sheet's source) and variants. A new
+cause is one entry here plus a broken and a fixed script in ``labutils/scenarios/``. Nothing here imports torch
+or reads the machine.
 """
 
 from __future__ import annotations
@@ -47,7 +43,8 @@ class Fix:
 
 @dataclass(frozen=True)
 class Cause:
-    """One entry of the catalogue. ``fixes`` and each variant's fixes are ``(text, notebook number)``."""
+    """One entry of the catalogue: ``fixes`` (and a variant's) are ``(text, notebook number)``; a variant is
+    another summary, fixes or short fix of the same id, where the evidence differs."""
 
     id: str
     title: str

@@ -32,7 +32,7 @@ def _single_process(facts: _Facts) -> bool:
     return not facts.workers
 
 
-def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
+def _pick(findings: list, facts: _Facts) -> tuple:
     """(cause, its findings, confidence, the other findings) by precedence; echoes decide only when nothing else
     does."""
     real = [f for f in findings if not f.echo and not f.cause.startswith("_")]
@@ -52,14 +52,14 @@ def _pick(findings: list, facts: Optional[_Facts] = None) -> tuple:
                 conf = "high"  # two independent pieces of evidence for the same cause (not one exit code twice)
             if cause == "oom_killed":
                 conf = "high" if any(f.conf == "high" for f in mine) else "low"
-                if conf == "low" and facts is not None:
+                if conf == "low":
                     for f in mine:
                         why = _memory_evidence(facts, f.pid) if f.pid else None
                         if why:
                             mine.insert(0, _Finding("oom_killed", f"pid {f.pid}: {why}", "high", pid=f.pid))
                             conf = "high"
                             break
-            if cause == "hang" and not (facts is not None and facts.stall):
+            if cause == "hang" and not facts.stall:
                 conf = "low" if all(f.conf == "low" for f in mine) else "medium"
             return cause, mine, conf, [f for f in findings if f not in mine]
     echoes = [f for f in findings if f.cause == "_died"]
@@ -102,7 +102,7 @@ def _episode(facts: _Facts, chain: Optional[list]) -> list:
     printed = _stderr_findings(facts)
     # a child's traceback is corroborated by a death the OS or PyTorch recorded: then it is strong
     died = any(f.echo or (f.cause == "worker_exit" and f.conf == "high") for f in findings)
-    capped = bool((facts.options or {}).get("max_processes"))
+    capped = bool(facts.options.get("max_processes"))
     for f in printed:
         if died and f.text.startswith("stderr: a spawned child"):
             f.conf = "high"
@@ -114,7 +114,7 @@ def _episode(facts: _Facts, chain: Optional[list]) -> list:
 def _shm_short(facts: _Facts) -> Optional[str]:
     """What in the record says /dev/shm was short, or None: a private /dev/shm limit, the kernel's or torch's
     words for a full one, or (a run on this machine) little free in /dev/shm now."""
-    if (facts.options or {}).get("shm_size"):
+    if facts.options.get("shm_size"):
         return "the run had a private /dev/shm of its own size"
     texts = "\n".join([facts.stderr, *[e.message for c in [facts.ended, *facts.loader_errors] for e in c]])
     m = vocab.SHM_FULL.search(texts)
@@ -188,21 +188,23 @@ def _decide(facts: _Facts) -> tuple:
 
 
 def decide_process(facts: _Facts, chain: list, returncode: Optional[int], saw: str, codes: Optional[dict] = None,
-                   **more) -> tuple:
-    """A process of the run (a child, a torchrun rank) explained from its own ``chain`` like a script of its own:
-    ``(its facts, cause, findings, confidence, other findings, recovered)``. Its workers are those its messages
-    name (exit statuses from ``codes``); where it saw only an echo of a worker's death, what the worker printed
-    as it died decides (``saw`` says what the process saw)."""
+                   **more) -> dict:
+    """A child or a torchrun rank explained from its own ``chain`` like a script: its verdict (``cause``,
+    ``mine``, ``conf``, ``others``, ``recovered``, ``summary``). Its workers are those its messages name
+    (statuses from ``codes``); where it saw only an echo of a worker's death, the line the worker printed as
+    it died decides (``saw`` says what the process saw)."""
     sub = _Facts(source="run", outcome="failed", returncode=returncode, options=dict(facts.options),
                  env=dict(facts.env), kernel_record=facts.kernel_record, since=facts.since, ended=chain,
                  workers=workers_named(chain, codes), **more)
     cause, mine, conf, others, recovered = _decide(sub)
     if not chain and sub.main_signal is None:
-        return sub, UNKNOWN, mine, "low", others, recovered
-    found = worker_line(facts.stderr, saw) if conf == "low" and cause in ("worker_exit", UNKNOWN) else None
-    if found is not None:
-        cause, mine, conf, others = found.cause, [found], "medium", mine + others
-    return sub, cause, mine, conf, others, recovered
+        cause, conf = UNKNOWN, "low"
+    elif conf == "low" and cause in ("worker_exit", UNKNOWN):
+        found = worker_line(facts.stderr, saw)
+        if found is not None:
+            cause, mine, conf, others = found.cause, [found], "medium", mine + others
+    summary = _summary(cause, sub, mine, recovered) if cause in CATALOGUE and cause != "ok" else ""
+    return {"cause": cause, "mine": mine, "conf": conf, "others": others, "recovered": recovered, "summary": summary}
 
 
 def _decide_ended(facts: _Facts) -> tuple:
@@ -332,7 +334,7 @@ def _cut_short(facts: _Facts) -> Optional[_Finding]:
         return None
     if facts.loader_errors or any(w.exitcode not in (None, 0, -9, -15) for w in facts.workers):
         return None
-    limit = (facts.options or {}).get("timeout")
+    limit = facts.options.get("timeout")
     age = max(0.0, (facts.end_t or facts.last_batch_t) - facts.last_batch_t)
     if age > max(_STILL_GOING_S, _STILL_GOING_SHARE * (limit or 0)):
         return None
@@ -382,7 +384,6 @@ def fixes_of(cause: str, mine: list, conf: str) -> list:
     if cause == "oom_killed":  # a SIGKILL that nothing recorded ties to memory has fixes of its own
         return fixes_for(cause, "no_memory_evidence" if conf == "low" else None)
     return fixes_for(cause, next((f.variant for f in mine if f.variant not in (None, "startup")), None))
-
 
 
 def _sigterm_sender(facts: _Facts) -> str:

@@ -1,13 +1,9 @@
-"""Name the cause of a DataLoader failure from the evidence it left: ``explain(obj)`` of a
-:class:`~labutils.runner.result.RunResult`, a live exception or a log's text gives a :class:`Diagnosis` (one
-cause of :mod:`labutils.diagnosis.causes`, a summary, the evidence used, the fixes and their notebooks).
-
-A message counts only where it was raised (the bootstrap records what escaped ``iter()``/``next()``, and a
-traceback's frames say whose code raised it); stderr counts only where a child process printed it and a
-failure of the run corroborates it. The failure that ended the run is explained first: not through the
-DataLoader, it is ``outside_loader``; else its findings are ranked by :data:`PRECEDENCE`, and echoes of a
-worker's death decide only when nothing else does. An error the script caught and survived is listed, not
-chosen, unless it is the only one (then the summary says the script recovered).
+"""Name the cause of a DataLoader failure: ``explain(obj)`` of a RunResult, a live exception or a log's text
+gives a :class:`Diagnosis`. Its evidence is gathered (:mod:`.gather`, :mod:`.logread`), read by the rules
+(:mod:`.rules`), chosen among (:mod:`.decide`), and placed in the run's process tree (:mod:`.tree`,
+:mod:`.torchrun`). A message counts only where it was raised (the bootstrap records what escaped
+``iter()``/``next()``, a traceback's frames say whose code raised it); stderr counts only where a child
+process printed it and a failure of the run corroborates it.
 """
 
 from __future__ import annotations
@@ -15,8 +11,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from ..runner.result import RunResult
 from . import messages as vocab
-from .causes import CATALOGUE, CAUSES, LOADER_CAUSES, NOTEBOOKS, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
+from .causes import CATALOGUE, CAUSES, PRECEDENCE, UNKNOWN, UNSUPPORTED, Fix, fixes_for
 from .decide import _decide, _summary, fixes_of
 from .evidence import _batches, _exit_words, _Facts, _Finding, _short, is_worker_death, with_quoted, worker_death_kind
 from .gather import facts_from_exception, facts_from_result
@@ -27,23 +24,19 @@ from .rules import _classify, _stack_lines, _stuck_where, _unexplained, after_th
 from .torchrun import _torchrun_diagnosis, rank_output, torchrun_failures
 from .tree import _child_decides, _child_diagnosis, _child_verdicts, _describe_node, _run_method, build_tree
 
-__all__ = ["CAUSES", "LOADER_CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "NOTEBOOKS", "explain", "explain_log",
-           "is_worker_death", "kernel_killed", "rank_output", "torchrun_failures", "worker_death_kind"]
+__all__ = ["CAUSES", "PRECEDENCE", "Diagnosis", "Fix", "explain", "explain_log", "is_worker_death", "kernel_killed",
+           "rank_output", "torchrun_failures", "worker_death_kind"]
 
 
 # =========================================================================== explain
 def explain(obj) -> Diagnosis:
-    """Name the cause of a failed (or successful) DataLoader run.
-
-    ``obj`` is a :class:`~labutils.runner.result.RunResult`, a live exception (``except Exception as e:
-    labutils.explain(e)``) or the text of a log (a ``str``: what a job printed, pasted). Returns a
-    :class:`Diagnosis`.
-    """
+    """The :class:`Diagnosis` of a :class:`~labutils.runner.result.RunResult`, a live exception (``except
+    Exception as e: labutils.explain(e)``) or a log's text (a ``str``: what a job printed, pasted)."""
     if isinstance(obj, str):
         return explain_log(read_text(obj))
     if isinstance(obj, BaseException):
         facts = facts_from_exception(obj)
-    elif hasattr(obj, "outcome") and hasattr(obj, "loader_events"):
+    elif isinstance(obj, RunResult):
         if obj.outcome == "unsupported":
             return Diagnosis(UNSUPPORTED, f"the run could not start here: {obj.reason}",
                              [f"runner: {obj.reason}"], [], "high", "run")
@@ -55,7 +48,7 @@ def explain(obj) -> Diagnosis:
         raise TypeError(f"explain() takes a RunResult, an exception or a log's text (str), not "
                         f"{type(obj).__name__}")
 
-    tree = build_tree(obj, _run_method(facts)) if facts.source == "run" else []
+    tree = build_tree(facts, _run_method(facts)) if facts.source == "run" else []
     cause, mine, conf, others, recovered = _decide(facts)
     verdicts = _child_verdicts(facts, tree)
     chosen = next((v for v in verdicts if _child_decides(facts, v, cause)), None)
@@ -112,8 +105,8 @@ def _with_open_question(d: Diagnosis, mine: list) -> Diagnosis:
 
 # =========================================================================== a log's text
 def explain_log(log: LogText) -> Diagnosis:
-    """The diagnosis of a log's text (read by :func:`labutils.diagnosis.logread.read_logs`): the primary
-    failure printed in it, with the platform's words as evidence; ``source`` is ``"log"``."""
+    """The diagnosis of the primary failure printed in a log (:func:`.logread.read_logs`), with the platform's
+    words as evidence."""
     facts, others, words = facts_from_text(log.text)
     memory = memory_words(words)
     stuck = _stuck_where(log.text) if not facts.ended and facts.main_signal is None else ""

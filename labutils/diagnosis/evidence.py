@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import traceback as tb_mod
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -26,7 +27,7 @@ def _frame_kind(path: str) -> str:
         return "loader"
     if "/multiprocessing/" in p:
         return "mp"
-    if "/torch/" in p or "/torch/_" in p:
+    if "/torch/" in p:
         return "torch"
     if p.endswith("labutils/runner/bootstrap.py") or p.endswith("/runpy.py") or p in ("<string>", "<stdin>"):
         return "boot"
@@ -76,12 +77,11 @@ class _Exc:
 
     @property
     def user_frame(self) -> Optional[tuple]:
-        """The innermost frame of the script's own code, None without one."""
+        """The innermost frame of the script's own code."""
         return next((f for f in reversed(self.frames) if f[3] == "user"), None)
 
     @property
     def raised_in(self) -> Optional[str]:
-        """Kind of the innermost frame (where the exception was raised), None without frames."""
         return self.frames[-1][3] if self.frames else None
 
 
@@ -98,12 +98,17 @@ class _Finding:
 
 @dataclass
 class _Facts:
+    """The evidence the rules read, one model for every source (``run``, ``exception``, ``log``): built from a
+    RunResult or a live exception (:mod:`.gather`), a log's text (:mod:`.logread`), a child or a rank's own
+    chain (:func:`.decide.decide_process`)."""
+
     source: str
     ended: list = field(default_factory=list)  # the chain that ended the script (or a live chain)
     loader_errors: list = field(default_factory=list)  # chains that escaped next()/iter(), in time order
     workers: list = field(default_factory=list)  # ProcessInfo, as the run recorded them
     #: when the runner saw each process end (pid -> time.time() of the monitor's tick, at or after its death)
     ended_at: dict = field(default_factory=dict)
+    exit_status: dict = field(default_factory=dict)  # pid -> exit status, as the runner saw each process end
     #: DataLoader workers the monitor saw end in processes the main one started (torchrun's ranks' workers)
     other_loader_workers: int = 0
     stderr: str = ""
@@ -130,14 +135,14 @@ class _Facts:
 
 
 def _exit_words(code: Optional[int], signal: Optional[str] = None) -> str:
-    """A process's exit status as the evidence words it: ``killed by SIGKILL``, ``exit code 1``."""
+    """``killed by SIGKILL``, ``exit code 1``."""
     if signal or (code is not None and code < 0):
         return f"killed by {signal or signal_name(-code)}"
     return f"exit code {code}"
 
 
 def _at(frame: tuple) -> str:
-    """``file.py:12 in func`` of a frame of :func:`_frames`."""
+    """``file.py:12 in func``."""
     return f"{os.path.basename(frame[0])}:{frame[1]} in {frame[2]}"
 
 
@@ -152,13 +157,9 @@ def _short(text: str, limit: int = 160) -> str:
 
 # =========================================================================== the worker-death detector
 def worker_death_kind(e) -> Optional[str]:
-    """What a single exception says about a worker death, judged by PyTorch's own messages and frames.
-
-    ``"killed"`` (killed by signal), ``"exitcode"`` (exited with a code), ``"died"`` (the generic
-    ``exited unexpectedly``), ``"race"`` (the main process failed to fetch a batch from a worker that had
-    already exited: a socket or fd of the dead worker gone), ``"pin"`` (the pin-memory thread's echo), or
-    None. ``e`` is an exception or an internal record with ``type``, ``message`` and ``traceback``.
-    """
+    """What one exception (or :class:`_Exc`) says of a worker's death, by PyTorch's messages and frames:
+    ``killed``, ``exitcode``, ``died`` (the generic line), ``race`` (a fetch from a worker already gone: its
+    socket or fd), ``pin`` (the pin-memory thread's echo), or None."""
     if isinstance(e, BaseException):
         e = _live_exc(e, None)
     head = e.head
@@ -210,9 +211,8 @@ def with_quoted(chain: list) -> list:
 
 
 def is_worker_death(exc: BaseException) -> bool:
-    """True when ``exc`` (or its cause chain) says a DataLoader worker process died: PyTorch's own death
-    messages, or a fetch from a dead worker (:func:`worker_death_kind`); not an exception raised *by*
-    ``__getitem__`` ("Caught ValueError in DataLoader worker process 0"), nor the pin-memory thread's echo alone.
+    """True when ``exc``'s chain says a DataLoader worker died (:func:`worker_death_kind`); not for an
+    exception raised *by* ``__getitem__`` ("Caught ValueError in ..."), nor the pin-memory thread's echo alone.
     The lab's one detector: :class:`labutils.kit.fixes.ResilientLoader` restarts on it."""
     for _, e in _chain_of(exc):
         if vocab.WRAPPER.match((e.message or "").strip()):
@@ -224,8 +224,6 @@ def is_worker_death(exc: BaseException) -> bool:
 
 # =========================================================================== gathering
 def _live_exc(exc: BaseException, link: Optional[str]) -> _Exc:
-    import traceback as tb_mod
-
     try:
         tb = "".join(tb_mod.format_exception(type(exc), exc, exc.__traceback__, chain=False))
     except Exception:  # noqa: BLE001 - a broken __str__ must not stop the diagnosis
@@ -335,9 +333,9 @@ def printed_chains(text: str, headless: bool = True) -> list:
                 else:
                     break
             chain.reverse()  # printed oldest first: the one that ended the process first here
+            links = [e.link for e in chain]  # each one's separator, above it as printed: the link below it now
             for n, e in enumerate(chain):
-                e.link = None if n == 0 else (chain[n - 1].link or "cause")
-            chain[0].link = None
+                e.link = links[n - 1] if n else None
             chain[0].ignored = _after_ignored(lines, start)
             out.append((start, chain))
         else:
@@ -349,7 +347,7 @@ def printed_chains(text: str, headless: bool = True) -> list:
 
 
 def last_chain(text: str) -> list:
-    """The last exception chain printed in ``text`` with its traceback header, outermost first; [] if none."""
+    """The last exception chain printed in ``text`` with its traceback header; [] if none."""
     chains = printed_chains(text, headless=False)
     return chains[-1][1] if chains else []
 
@@ -401,7 +399,6 @@ def _loaderish(text: str) -> bool:
                                                                         vocab.GUARD, vocab.MAIN_ATTR))
 
 
-
 # =========================================================================== origin
 def _through_loader(e: _Exc) -> Optional[bool]:
     """Did this exception come out of the DataLoader (its iterator, its worker start, torch's tensor sharing, a
@@ -429,10 +426,9 @@ def _tracebacks(text: str) -> list:
     process's copy and skipped."""
     out = []
     lines = text.splitlines()
-    header = "Traceback (most recent call last):"
     i = 0
     while i < len(lines):
-        if lines[i].strip().startswith(header):
+        if lines[i].strip().startswith(HEADER):
             indent = len(lines[i]) - len(lines[i].lstrip())
             body, seen = [], {lines[i].strip()}
             j = i + 1
@@ -483,7 +479,7 @@ _PRINTED_BY = (("child_start", r"multiprocessing[/\\](spawn|forkserver)\.py\", l
 
 
 def _printed(stderr: str) -> list:
-    """``(who, last line)`` of each traceback in stderr: the kind of process its frames show printed it."""
+    """``(who, last line)`` of each traceback in stderr, ``who`` by :data:`_PRINTED_BY`."""
     return [(next((who for who, regex in _PRINTED_BY if re.search(regex, body)), "other"), last)
             for body, last in _tracebacks(stderr)]
 

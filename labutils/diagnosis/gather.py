@@ -1,10 +1,7 @@
-"""Gathering: a run's record (a :class:`~labutils.runner.result.RunResult`) or a live exception into the facts
-the rules read (:class:`~labutils.diagnosis.evidence._Facts`), with what only this machine can add: its kernel
-log (the OOM killer's record) and whether its ``__main__`` can be imported by a spawned child.
-
-Apart from :mod:`labutils.diagnosis.evidence` so that the evidence model and the worker-death detector
-(:func:`~labutils.diagnosis.evidence.is_worker_death`, which ``kit.fixes.ResilientLoader`` uses in the
-learner's process) load without the machine's probes (psutil).
+"""A run's record (the diagnosis's one reader of a RunResult) or a live exception as the facts the rules read
+(:class:`.evidence._Facts`), with what only this machine adds: its kernel log (the OOM killer's record) and
+whether its ``__main__`` can be imported by a spawned child. Apart from :mod:`.evidence` so that the worker-death
+detector, which ``kit.fixes.ResilientLoader`` uses in the learner's process, loads without psutil.
 """
 
 from __future__ import annotations
@@ -47,6 +44,10 @@ def facts_from_result(result) -> _Facts:
     for ev in result.events:  # the monitor's record of each death, in order
         if isinstance(ev.get("t"), (int, float)):
             facts.ended_at.setdefault(ev.get("pid"), ev["t"])
+        if ev.get("signal"):
+            facts.exit_status[ev.get("pid")] = -ev["signal"]
+        elif ev.get("exitcode") is not None:
+            facts.exit_status.setdefault(ev.get("pid"), ev["exitcode"])
     facts.workers = list(result.workers)
     mine = {w.pid for w in result.workers}
     facts.other_loader_workers = len({ev.get("pid") for ev in result.events

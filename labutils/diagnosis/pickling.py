@@ -1,16 +1,10 @@
 """Find what stops an object from being pickled for spawn/forkserver DataLoader workers.
 
-With the ``spawn`` and ``forkserver`` start methods, ``DataLoader`` pickles the dataset, ``collate_fn``
-and ``worker_init_fn`` into every worker (``multiprocessing.reduction.ForkingPickler``, the default
-protocol). One unpicklable attribute deep inside the dataset (an open file, a database connection, a
-lock, a lambda) fails the whole start with ``TypeError: cannot pickle '...' object`` and no path.
-:func:`find_unpicklable` names every such path::
-
-    >>> find_unpicklable(dataset, "dataset")
-    [Blocker(path='dataset.conn', type_name='sqlite3.Connection', reason="cannot pickle ...")]
-
-Kept fast on big datasets: the whole object is pickled once, and only what fails is descended into, the way
-pickle itself would (``__reduce_ex__``, ``__getstate__``, slots, containers); big sequences are bisected.
+With ``spawn`` and ``forkserver``, ``DataLoader`` pickles the dataset, ``collate_fn`` and ``worker_init_fn``
+into every worker (``ForkingPickler``); one unpicklable attribute deep inside (an open file, a connection, a
+lock, a lambda) fails the start with ``TypeError: cannot pickle '...' object`` and no path.
+:func:`find_unpicklable` names every such path. Kept fast on big datasets: the whole object is pickled once,
+and only what fails is descended into, the way pickle would; big sequences are bisected.
 """
 
 from __future__ import annotations
@@ -55,8 +49,8 @@ class Blocker:
 
 
 class BlockerList(list):
-    """A list of :class:`Blocker` plus what did not fit: ``more`` blockers found beyond ``max_items``,
-    and ``truncated`` when the search stopped at its pickle-call budget (there may be more)."""
+    """A list of :class:`Blocker`; ``more``: blockers beyond ``max_items``; ``truncated``: the search
+    stopped at its pickle-call budget."""
 
     more: int = 0
     truncated: bool = False
@@ -380,31 +374,18 @@ def _roots(obj: Any, name: str) -> list:
 
 def find_unpicklable(obj: Any, name: str = "obj", max_items: int = 20, *, check_main: bool = True,
                      max_checks: int = 2000) -> BlockerList:
-    """Return every attribute path in ``obj`` that stops spawn/forkserver workers from receiving it.
+    """Every attribute path of ``obj`` (named from ``name``) that stops spawn/forkserver workers from receiving
+    it, as a :class:`BlockerList` (empty when it can be sent: one pickle of ``obj``, about two where not).
 
-    ``obj`` is judged as ``DataLoader`` judges it: with ``multiprocessing``'s ``ForkingPickler`` and the
-    reducers registered with it (torch tensors and storages are accepted as the real pickler would
-    share them, without moving anything into shared memory; a non-leaf tensor that requires grad is
-    reported). A ``DataLoader`` passed as ``obj`` is expanded to its ``dataset``, ``collate_fn`` and
-    ``worker_init_fn``, the three things a worker is sent.
-
-    Paths follow what pickle pickles: attributes (whatever ``__getstate__``/``__reduce_ex__`` return, so an
-    object whose ``__getstate__`` drops its lock is fine), ``index['a']``, ``items[3]``, closure cells
-    (``collate_fn.<closure>.conn``), a partial's ``.func``/``.args[i]``, a bound method's ``.__self__``.
-
-    Args:
-        obj: the dataset, collate_fn, worker_init_fn or DataLoader to check.
-        name: the root of the reported paths.
-        max_items: how many blockers to list; more are counted in ``result.more``.
-        check_main: also report classes and functions defined in ``__main__`` when ``__main__`` is not
-            an importable file (notebook, ``python -c``): they pickle here but a spawn/forkserver
-            worker cannot import them. Set False to judge pickling alone.
-        max_checks: budget of pickle calls; when spent, ``result.truncated`` is True.
-
-    Returns:
-        A :class:`BlockerList` (a list of :class:`Blocker`); empty when ``obj`` can be sent to workers. It
-        costs one pickle of ``obj`` when it is fine, about two where it is not.
-    """
+    ``obj`` is judged as ``DataLoader`` judges it, with ``ForkingPickler`` and its reducers (tensors are
+    accepted as it would share them, without moving anything into shared memory; a non-leaf tensor that
+    requires grad is reported); a ``DataLoader`` is expanded to its ``dataset``, ``collate_fn`` and
+    ``worker_init_fn``. Paths follow what pickle pickles: attributes (what ``__getstate__``/``__reduce_ex__``
+    return), ``index['a']``, ``items[3]``, ``collate_fn.<closure>.conn``, a partial's ``.func``/``.args[i]``,
+    a bound method's ``.__self__``. ``max_items`` blockers are listed, more counted in ``.more``;
+    ``check_main`` also reports classes and functions of a ``__main__`` that is no importable file (a
+    notebook, ``python -c``): they pickle here, but a worker cannot import them; ``max_checks`` caps the
+    pickle calls (then ``.truncated``)."""
     search = _Search(check_main, max_items, max_checks)
     for root, root_name in _roots(obj, name):
         verdict = search.check(root)

@@ -39,13 +39,13 @@ _WHO = {"child_start": "a spawned child printed while starting", "worker": "a wo
 
 
 def _inner_traceback(message: str) -> str:
-    """The worker's traceback quoted after ``Original Traceback`` in a ``Caught X`` message."""
+    """The worker's traceback quoted after ``Original Traceback``."""
     _, sep, tail = (message or "").partition("Original Traceback (most recent call last):")
     return tail if sep else ""
 
 
 def _inner_line(message: str) -> str:
-    """The last ``Type: message`` line of the worker traceback quoted in a ``Caught X`` message."""
+    """The last ``Type: message`` line of that traceback."""
     lines = [line for line in (_inner_traceback(message) or message).splitlines()
              if line and not line[0].isspace() and not line.startswith("Traceback (")]
     return lines[-1].strip() if lines else (message.splitlines()[0] if message else "")
@@ -180,7 +180,6 @@ _INTACT = (("missing_main_guard", vocab.GUARD), ("main_not_importable", vocab.MA
 
 
 def _intact(stderr: str) -> Optional[tuple]:
-    """``(cause, text)`` for the first of :data:`_INTACT` whose message is in ``stderr``, else None."""
     for cause, regex in _INTACT:
         m = regex.search(stderr)
         if m:
@@ -237,7 +236,7 @@ def _watchdog_mib(kill: dict) -> str:
 
 
 def _memory_evidence(facts: _Facts, pid: Optional[int], main: bool = False) -> Optional[str]:
-    """Why we believe a SIGKILL of ``pid`` was for memory, or None when nothing says so."""
+    """What says a SIGKILL of ``pid`` was for memory, or None."""
     for k in facts.watchdog_kills:
         if (main and k.get("main")) or (not main and k.get("pid") == pid):
             return f"the lab's memory watchdog SIGKILLed it at {_watchdog_mib(k)} - its stand-in for the kernel OOM " \
@@ -431,7 +430,7 @@ def _stuck_where(stderr: str) -> str:
 
 
 def _stack_lines(facts: _Facts) -> list:
-    """One line per stack the runner dumped on a stall: the innermost frame of each process."""
+    """The innermost frame of each stack the runner dumped on a stall."""
     lines = []
     for pid, text in list(facts.stacks.items())[:8]:
         frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', text or "")
@@ -492,5 +491,4 @@ def _record_texts(facts: _Facts, tree: list) -> list:
 
 
 def _unexplained(cause: str, facts: _Facts, tree: list) -> list:
-    """Texts of :func:`_record_texts` that ``cause`` does not account for."""
     return [t for t, causes in _record_texts(facts, tree) if cause not in causes]

@@ -12,7 +12,7 @@ import re
 from typing import Optional
 
 from .causes import CATALOGUE, UNKNOWN
-from .decide import _summary, decide_process, fixes_of
+from .decide import decide_process, fixes_of
 from .evidence import _exit_words, _Facts, _short, last_chain
 from .model import Diagnosis, probe_lines
 
@@ -93,13 +93,12 @@ def _rank_verdict(facts: _Facts, failure: dict) -> dict:
         chain = last_chain(text)
         origin = "the last traceback on the launch's stderr (no [rankN]: prefixes to tell ranks apart)"
     # a worker's own line has no [rankN]: prefix: it is read in the whole stderr
-    sub, cause, mine, conf, others, recovered = decide_process(
+    verdict = decide_process(
         facts, chain, code, "under forkserver/spawn a rank may not learn its worker's signal",
         stderr=own or facts.stderr, main_signal=-code if isinstance(code, int) and code < 0 else None)
-    echo = bool(chain) and cause == "outside_loader" and bool(_PEER_ECHO.search(chain[0].message))
+    echo = bool(chain) and verdict["cause"] == "outside_loader" and bool(_PEER_ECHO.search(chain[0].message))
     stopped = failure["signal"] == "SIGTERM" and not chain
-    return {"failure": failure, "cause": cause, "mine": mine, "conf": conf, "others": others,
-            "recovered": recovered, "chain": chain, "origin": origin, "sub": sub, "echo": echo or stopped}
+    return dict(verdict, failure=failure, chain=chain, origin=origin, echo=echo or stopped)
 
 
 def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
@@ -118,11 +117,11 @@ def _torchrun_diagnosis(facts: _Facts) -> Optional[Diagnosis]:
     chosen = next((v for v in verdicts if not v["echo"]), verdicts[0])
     root = chosen["failure"]
     rank, code = root["rank"], root["exitcode"]
-    cause, mine, conf, sub = chosen["cause"], chosen["mine"], chosen["conf"], chosen["sub"]
+    cause, mine, conf = chosen["cause"], chosen["mine"], chosen["conf"]
     head = f"torchrun: rank {rank} (local rank {root['local_rank']}, pid {root['pid']}) failed first " \
            f"({_exit_words(code, root['signal'])})"
     if cause in CATALOGUE and cause != "ok":
-        summary = f"{head}: {_summary(cause, sub, mine, chosen['recovered'])}"
+        summary = f"{head}: {chosen['summary']}"
     else:
         summary = f"{head}; its own output names no cause"
         cause = UNKNOWN if cause == "ok" else cause

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..runner import startmethod
-from .causes import CATALOGUE, LOADER_CAUSES, UNKNOWN
-from .decide import _summary, decide_process, fixes_of
-from .evidence import _exit_words, _Facts, _short, _worker_pids_named, last_chain, plain_text, printed_chains
+from .causes import LOADER_CAUSES, UNKNOWN
+from .decide import decide_process, fixes_of
+from .evidence import _exit_words, _Facts, _short, _worker_pids_named, last_chain, printed_chains
 from .messages import signal_from_word
 from .model import Diagnosis, probe_lines
 from .rules import _unexplained
@@ -79,18 +79,18 @@ def printed_blocks(stderr: str) -> list:
             if start and (m := _HEADER.match(lines[start - 1]))]
 
 
-def build_tree(result, default_method: Optional[str] = None) -> list:
+def build_tree(facts: _Facts, default_method: Optional[str] = None) -> list:
     """The run's processes as :class:`ProcNode`, the main process first."""
-    main = ProcNode(None, "main", exitcode=result.returncode)
+    main = ProcNode(None, "main", exitcode=facts.returncode)
     nodes = [main]
-    children = [w for w in (result.workers or []) if w.role != "dataloader_worker"]
+    children = [w for w in facts.workers if w.role != "dataloader_worker"]
     by_name: dict = {}
-    for w in result.workers or []:
+    for w in facts.workers:
         role = "worker" if w.role == "dataloader_worker" else "child"
         node = ProcNode(w.pid, role, None, w.name or "", _method_of(w.name or "", "", default_method), w.exitcode)
         nodes.append(node)
         by_name.setdefault(node.name, node)
-    for name, chain in printed_blocks(plain_text(result.stderr)):
+    for name, chain in printed_blocks(facts.stderr):
         node = by_name.get(name)
         if node is None:  # a process the runner did not record (a child of a child): known by name only
             node = ProcNode(None, "child", None, name)
@@ -100,16 +100,18 @@ def build_tree(result, default_method: Optional[str] = None) -> list:
             node.chain, node.via = chain, "stderr"
             node.start_method = _method_of(name, "\n".join(e.traceback for e in chain),
                                            node.start_method or default_method)
-    _from_main_chain(result, nodes, children)
-    _add_grandchildren(result, nodes)
+    _from_main_chain(facts, nodes, children)
+    _add_grandchildren(facts, nodes)
     return nodes
 
 
-def _from_main_chain(result, nodes: list, children: list) -> None:
+def _from_main_chain(facts: _Facts, nodes: list, children: list) -> None:
     """Children's errors the main process re-raised (torch.multiprocessing.spawn, concurrent.futures)."""
     spawned = [w for w in children if (w.name or "").startswith("SpawnProcess")] or children
-    for e in result.exceptions or []:
-        msg = plain_text(e.message)
+    for e in facts.ended:
+        if e.origin == "quoted":  # a message quoted in the next link: no link of the record of its own
+            continue
+        msg = e.message
         m = _SPAWN_ERR.search(msg)
         if m:
             node = _child_node(nodes, spawned, int(m.group(1)))
@@ -144,34 +146,27 @@ def _child_node(nodes: list, spawned: list, index: int) -> ProcNode:
     return node
 
 
-def _add_grandchildren(result, nodes: list) -> None:
+def _add_grandchildren(facts: _Facts, nodes: list) -> None:
     """Workers of a child: named in the child's chain; exit statuses from the deaths the runner saw."""
     known = {n.pid for n in nodes if n.pid is not None}
-    status = {}
-    for ev in result.events:
-        pid = ev.get("pid")
-        if ev.get("signal"):
-            status[pid] = -ev["signal"]
-        elif ev.get("exitcode") is not None:
-            status.setdefault(pid, ev["exitcode"])
     for node in list(nodes):
         if node.role != "child" or not node.chain:
             continue
         for pid in _worker_pids_named(node.chain):
             if pid not in known:
-                nodes.append(ProcNode(pid, "worker", node.pid, "", None, status.get(pid)))
+                nodes.append(ProcNode(pid, "worker", node.pid, "", None, facts.exit_status.get(pid)))
                 known.add(pid)
 
 
 # =========================================================================== a loader in a child process
 def _run_method(facts: _Facts) -> Optional[str]:
-    """The default start method of the run's processes: set for the run, the lab's default, else the
-    platform's."""
-    opts = facts.options or {}
+    """The default start method of the run's processes: the run's, the lab's, else the platform's."""
+    opts = facts.options
     method = opts.get("start_method") or opts.get("lab_default_start_method")
     if not method:
-        method = (facts.env or {}).get("LABUTILS_START_METHOD") or startmethod.current()
+        method = facts.env.get("LABUTILS_START_METHOD") or startmethod.current()
     return method
+
 
 _CARRIERS = ("ProcessRaisedException", "_RemoteTraceback")
 
@@ -193,15 +188,13 @@ def _process_verdict(facts: _Facts, node, tree: list) -> dict:
     """Explain one child process from its own chain, like a script of its own (its workers: the pids its
     messages name, with the exit statuses the runner saw)."""
     # under forkserver the fork server, not the child, is its workers' parent: the child sees only their death
-    sub, cause, mine, conf, others, recovered = decide_process(
+    verdict = decide_process(
         facts, node.chain, node.exitcode, "the child that owned it saw only the generic 'exited unexpectedly'",
         {n.pid: n.exitcode for n in tree if n.role == "worker"}, memory_limit=facts.memory_limit,
         watchdog_kills=list(facts.watchdog_kills))
-    if node.via == "stderr" and not node.exitcode and conf == "high":
-        conf = "medium"  # printed on stderr, and no failure of that process recorded to corroborate it
-    summary = _summary(cause, sub, mine, recovered) if cause in CATALOGUE else ""
-    return {"node": node, "cause": cause, "mine": mine, "conf": conf, "others": others, "sub": sub,
-            "summary": summary}
+    if node.via == "stderr" and not node.exitcode and verdict["conf"] == "high":
+        verdict["conf"] = "medium"  # printed on stderr, and no failure of that process recorded to corroborate it
+    return dict(verdict, node=node)
 
 
 def _child_decides(facts: _Facts, verdict: dict, main_cause: str) -> bool:

@@ -110,120 +110,109 @@ def _which(which: str) -> str:
     return which
 
 
+def _pair(sid: str, title: str, expected: str, notebook: str, options: RunOptions = RunOptions(),
+          **more) -> Scenario:
+    """A scenario of the scripts ``<id>_broken.py`` and ``<id>_fixed.py``, both run with ``options`` unless
+    ``fixed_options`` is given."""
+    return Scenario(sid, title, f"{sid}_broken.py", f"{sid}_fixed.py", expected, notebook, options,
+                    more.pop("fixed_options", options), **more)
+
+
 _SPAWN = RunOptions(timeout=90, start_method="spawn")
 _FIXED_METHOD = ("timeout",)  # the lesson belongs to one start method: the script or the run pins it
 _LIBS = "13_libraries_you_load_with"
 SCENARIOS: dict = {s.id: s for s in [
     Scenario("ok", "A healthy loop: 2 workers, a linear model", "ok_healthy.py", "ok_healthy.py", "ok",
              "01_read_the_error", knobs=("start_method", "timeout") + LOADER_KNOBS),
-    Scenario("worker_exception", "A mislabelled row raises KeyError in __getitem__",
-             "worker_exception_broken.py", "worker_exception_fixed.py", "worker_exception",
-             "01_read_the_error", knobs=("start_method", "timeout", "num_workers", "batch_size")),
-    Scenario("unpicklable_dataset", "spawn: the dataset holds an open file handle",
-             "unpicklable_dataset_broken.py", "unpicklable_dataset_fixed.py", "unpicklable_dataset",
-             "02_spawn_and_pickling", _SPAWN, _SPAWN, knobs=_FIXED_METHOD),
-    Scenario("main_not_importable", "spawn from a notebook-like __main__: workers cannot find the class",
-             "main_not_importable_broken.py", "main_not_importable_fixed.py", "main_not_importable",
-             "08_main_module_and_guard", RunOptions(timeout=90, start_method="spawn", notebook_main=True),
-             RunOptions(timeout=90, start_method="spawn", notebook_main=True), knobs=_FIXED_METHOD),
-    Scenario("missing_main_guard", "spawn: a script without `if __name__ == \"__main__\":`",
-             "missing_main_guard_broken.py", "missing_main_guard_fixed.py", "missing_main_guard",
-             "08_main_module_and_guard", _SPAWN, _SPAWN, knobs=_FIXED_METHOD),
-    Scenario("native_crash", "A segfault in a 'C decoder' (ctypes null read, a stand-in) on a truncated record",
-             "native_crash_broken.py", "native_crash_fixed.py", "native_crash", "03_corrupt_data"),
-    Scenario("oom_killed", "An unbounded cache in each persistent worker under an 800 MB memory budget",
-             "oom_killed_broken.py", "oom_killed_fixed.py", "oom_killed", "04_memory_and_oom",
-             RunOptions(timeout=90, memory_budget="800M"), RunOptions(timeout=90, memory_budget="800M"),
-             note="the run's memory limit kills over budget, as the kernel OOM killer would; each worker "
-                  "caches what it has read (400 MiB of images in all), so the total grows with num_workers; "
-                  "on a torch build whose import costs more than the CPU wheel's (CUDA), the budget grows by "
-                  "the difference for each process that imports torch",
-             budget_workers=2,
-             knobs=("start_method", "timeout", "memory_budget", "num_workers", "batch_size",
-                    "persistent_workers")),
-    Scenario("shm_exhausted", "12 MiB float batches through an 8 MiB /dev/shm",
-             "shm_exhausted_broken.py", "shm_exhausted_fixed.py", "shm_exhausted", "05_shared_memory",
-             RunOptions(timeout=90, shm_size="8M"), RunOptions(timeout=90, shm_size="8M"),
-             note="needs a private mount namespace; reported unsupported where the OS refuses",
-             knobs=("start_method", "timeout", "shm_size", "num_workers", "batch_size",
-                     "prefetch_factor")),
-    Scenario("fd_limit", "Keeping every batch alive with RLIMIT_NOFILE=128",
-             "fd_limit_broken.py", "fd_limit_fixed.py", "fd_limit", "06_file_descriptors",
-             RunOptions(timeout=60, nofile=128), RunOptions(timeout=60, nofile=128),
-             knobs=("start_method", "timeout", "nofile", "num_workers", "batch_size", "sharing_strategy")),
-    Scenario("worker_exit", "A helper calls sys.exit(2) inside a worker on a missing file",
-             "worker_exit_broken.py", "worker_exit_fixed.py", "worker_exit", "01_read_the_error"),
-    Scenario("timeout", "A lock held by a thread at fork time; DataLoader(timeout=2)",
-             "timeout_broken.py", "timeout_fixed.py", "timeout", "07_hangs_and_timeouts",
-             RunOptions(timeout=60), RunOptions(timeout=60), knobs=_FIXED_METHOD),
-    Scenario("hang", "A lock held by a thread at fork time; no timeout, the runner's stall limit stops it",
-             "hang_broken.py", "hang_fixed.py", "hang", "07_hangs_and_timeouts",
-             RunOptions(timeout=90, stall=6), RunOptions(timeout=90), knobs=("timeout", "stall"),
-             note="stopped by progress: no batch for 6 s while the workers are alive (the script pins fork, "
-                  "whose workers start at once; spawn and forkserver workers take seconds to start on a loaded "
-                  "machine: a stall limit must be longer than that)"),
-    Scenario("cuda_in_worker", "`.cuda()` in __getitem__ (CPU-only build here: no CUDA at all)",
-             "cuda_in_worker_broken.py", "cuda_in_worker_fixed.py", "cuda_in_worker", "02_spawn_and_pickling",
-             note="on a GPU machine the same script fails with 'Cannot re-initialize CUDA in forked subprocess'"),
-    Scenario("outside_loader", "The loader works; the model's input size is wrong (a shape error in the loop)",
-             "outside_loader_broken.py", "outside_loader_fixed.py", "outside_loader", "01_read_the_error",
-             note="the diagnosis must not blame the DataLoader for an error in the model"),
-    Scenario("fork_refused", "16 workers under a limit of 12 processes: the kernel refuses a fork",
-             "fork_refused_broken.py", "fork_refused_fixed.py", "fork_refused", "06_file_descriptors",
-             RunOptions(timeout=60, max_processes=12), RunOptions(timeout=60, max_processes=12),
-             knobs=_FIXED_METHOD,
-             note="needs a pids cgroup the lab may create (root) or RLIMIT_NPROC (other users); reported "
-                  "unsupported elsewhere; the scripts pin fork (forkserver's server is refused first)"),
+    _pair("worker_exception", "A mislabelled row raises KeyError in __getitem__", "worker_exception",
+          "01_read_the_error", knobs=("start_method", "timeout", "num_workers", "batch_size")),
+    _pair("unpicklable_dataset", "spawn: the dataset holds an open file handle", "unpicklable_dataset",
+          "02_spawn_and_pickling", _SPAWN, knobs=_FIXED_METHOD),
+    _pair("main_not_importable", "spawn from a notebook-like __main__: workers cannot find the class",
+          "main_not_importable", "08_main_module_and_guard",
+          RunOptions(timeout=90, start_method="spawn", notebook_main=True), knobs=_FIXED_METHOD),
+    _pair("missing_main_guard", "spawn: a script without `if __name__ == \"__main__\":`", "missing_main_guard",
+          "08_main_module_and_guard", _SPAWN, knobs=_FIXED_METHOD),
+    _pair("native_crash", "A segfault in a 'C decoder' (ctypes null read, a stand-in) on a truncated record",
+          "native_crash", "03_corrupt_data"),
+    _pair("oom_killed", "An unbounded cache in each persistent worker under an 800 MB memory budget",
+          "oom_killed", "04_memory_and_oom", RunOptions(timeout=90, memory_budget="800M"),
+          note="the run's memory limit kills over budget, as the kernel OOM killer would; each worker "
+               "caches what it has read (400 MiB of images in all), so the total grows with num_workers; "
+               "on a torch build whose import costs more than the CPU wheel's (CUDA), the budget grows by "
+               "the difference for each process that imports torch",
+          budget_workers=2,
+          knobs=("start_method", "timeout", "memory_budget", "num_workers", "batch_size",
+                 "persistent_workers")),
+    _pair("shm_exhausted", "12 MiB float batches through an 8 MiB /dev/shm", "shm_exhausted", "05_shared_memory",
+          RunOptions(timeout=90, shm_size="8M"),
+          note="needs a private mount namespace; reported unsupported where the OS refuses",
+          knobs=("start_method", "timeout", "shm_size", "num_workers", "batch_size", "prefetch_factor")),
+    _pair("fd_limit", "Keeping every batch alive with RLIMIT_NOFILE=128", "fd_limit", "06_file_descriptors",
+          RunOptions(timeout=60, nofile=128),
+          knobs=("start_method", "timeout", "nofile", "num_workers", "batch_size", "sharing_strategy")),
+    _pair("worker_exit", "A helper calls sys.exit(2) inside a worker on a missing file", "worker_exit",
+          "01_read_the_error"),
+    _pair("timeout", "A lock held by a thread at fork time; DataLoader(timeout=2)", "timeout",
+          "07_hangs_and_timeouts", RunOptions(timeout=60), knobs=_FIXED_METHOD),
+    _pair("hang", "A lock held by a thread at fork time; no timeout, the runner's stall limit stops it", "hang",
+          "07_hangs_and_timeouts", RunOptions(timeout=90, stall=6), fixed_options=RunOptions(timeout=90),
+          knobs=("timeout", "stall"),
+          note="stopped by progress: no batch for 6 s while the workers are alive (the script pins fork, "
+               "whose workers start at once; spawn and forkserver workers take seconds to start on a loaded "
+               "machine: a stall limit must be longer than that)"),
+    _pair("cuda_in_worker", "`.cuda()` in __getitem__ (CPU-only build here: no CUDA at all)", "cuda_in_worker",
+          "02_spawn_and_pickling",
+          note="on a GPU machine the same script fails with 'Cannot re-initialize CUDA in forked subprocess'"),
+    _pair("outside_loader", "The loader works; the model's input size is wrong (a shape error in the loop)",
+          "outside_loader", "01_read_the_error",
+          note="the diagnosis must not blame the DataLoader for an error in the model"),
+    _pair("fork_refused", "16 workers under a limit of 12 processes: the kernel refuses a fork", "fork_refused",
+          "06_file_descriptors", RunOptions(timeout=60, max_processes=12), knobs=_FIXED_METHOD,
+          note="needs a pids cgroup the lab may create (root) or RLIMIT_NPROC (other users); reported "
+               "unsupported elsewhere; the scripts pin fork (forkserver's server is refused first)"),
     # The libraries you load with (notebook 13): the same causes, met through a library's own behaviour
-    Scenario("lmdb_fork", "LMDB: an Environment opened in __init__ and read by forked workers",
-             "lmdb_fork_broken.py", "lmdb_fork_fixed.py", "worker_exception", _LIBS, knobs=_FIXED_METHOD,
-             note="every transaction a forked worker begins takes a new reader slot; lmdb raises "
-                  "MDB_READERS_FULL after about a hundred samples (lmdb 3.0); under spawn the same dataset "
-                  "cannot be pickled"),
-    Scenario("h5py_spawn", "h5py: a File opened in __init__, sent to spawn workers",
-             "h5py_spawn_broken.py", "h5py_spawn_fixed.py", "unpicklable_dataset", _LIBS, _SPAWN, _SPAWN,
-             knobs=_FIXED_METHOD),
-    Scenario("polars_fork", "polars: its thread pool ran before the workers were forked",
-             "polars_fork_broken.py", "polars_fork_fixed.py", "hang", _LIBS, RunOptions(timeout=90, stall=8),
-             RunOptions(timeout=90), knobs=("timeout", "stall"),
-             note="a forked worker's first polars call waits for pool threads that fork did not copy (polars "
-                  "2.1: 5 of 5 runs); the fixed script starts its workers with spawn"),
-    Scenario("numba_fork", "numba: a parallel kernel on GNU OpenMP ran before the workers were forked",
-             "numba_fork_broken.py", "numba_fork_fixed.py", "native_crash", _LIBS, knobs=_FIXED_METHOD,
-             note="numba itself ends the worker ('Terminating: fork() called from a process already using "
-                  "GNU OpenMP, this is unsafe.') with SIGTERM: a library's own signal, from inside"),
-    Scenario("mmap_truncated", "A memory-mapped data file cut short while workers read it",
-             "mmap_truncated_broken.py", "mmap_truncated_fixed.py", "native_crash", _LIBS,
-             note="the worker dies of SIGBUS and PyTorch's message blames shared memory, while /dev/shm is "
-                  "untouched: the file shrank under the mapping"),
-    Scenario("imagefolder_corrupt", "An ImageFolder-style tree with files cut short, decoded with Pillow",
-             "imagefolder_corrupt_broken.py", "imagefolder_corrupt_fixed.py", "worker_exception", _LIBS,
-             knobs=("start_method", "timeout")),
+    _pair("lmdb_fork", "LMDB: an Environment opened in __init__ and read by forked workers", "worker_exception",
+          _LIBS, knobs=_FIXED_METHOD,
+          note="every transaction a forked worker begins takes a new reader slot; lmdb raises "
+               "MDB_READERS_FULL after about a hundred samples (lmdb 3.0); under spawn the same dataset "
+               "cannot be pickled"),
+    _pair("h5py_spawn", "h5py: a File opened in __init__, sent to spawn workers", "unpicklable_dataset", _LIBS,
+          _SPAWN, knobs=_FIXED_METHOD),
+    _pair("polars_fork", "polars: its thread pool ran before the workers were forked", "hang", _LIBS,
+          RunOptions(timeout=90, stall=8), fixed_options=RunOptions(timeout=90), knobs=("timeout", "stall"),
+          note="a forked worker's first polars call waits for pool threads that fork did not copy (polars "
+               "2.1: 5 of 5 runs); the fixed script starts its workers with spawn"),
+    _pair("numba_fork", "numba: a parallel kernel on GNU OpenMP ran before the workers were forked",
+          "native_crash", _LIBS, knobs=_FIXED_METHOD,
+          note="numba itself ends the worker ('Terminating: fork() called from a process already using "
+               "GNU OpenMP, this is unsafe.') with SIGTERM: a library's own signal, from inside"),
+    _pair("mmap_truncated", "A memory-mapped data file cut short while workers read it", "native_crash", _LIBS,
+          note="the worker dies of SIGBUS and PyTorch's message blames shared memory, while /dev/shm is "
+               "untouched: the file shrank under the mapping"),
+    _pair("imagefolder_corrupt", "An ImageFolder-style tree with files cut short, decoded with Pillow",
+          "worker_exception", _LIBS, knobs=("start_method", "timeout")),
 ]}
 
 
 #: Where the loader runs below the script, or which kind of task the kernel refuses: the cause must be
 #: named for the process that failed, wherever it is in the tree. Not one per cause (the registry above is).
 LAUNCH_SCENARIOS: dict = {s.id: s for s in [
-    Scenario("tree_mp_spawn", "torch.multiprocessing.spawn: a rank's worker segfaults on a truncated record",
-             "tree_mp_spawn_broken.py", "tree_mp_spawn_fixed.py", "native_crash", "03_corrupt_data",
-             _SPAWN, _SPAWN, knobs=("timeout",), failing="child",
-             note="the rank is a spawn child of the script; its workers are grandchildren"),
-    Scenario("tree_mp_process", "multiprocessing.Process(target=train): a worker raises; the launcher exits 1",
-             "tree_mp_process_broken.py", "tree_mp_process_fixed.py", "worker_exception", "01_read_the_error",
-             failing="child"),
-    Scenario("tree_pool", "a ProcessPoolExecutor job builds a loader; a worker segfaults",
-             "tree_pool_broken.py", "tree_pool_fixed.py", "native_crash", "03_corrupt_data", failing="child",
-             note="the job's error reaches the script through concurrent.futures' _RemoteTraceback"),
-    Scenario("tree_exit0", "the launcher exits 0 after its trainer child failed in the loader",
-             "tree_exit0_broken.py", "tree_exit0_fixed.py", "worker_exception", "01_read_the_error",
-             failing="child", note="the run's own outcome is ok: only the child's traceback and exit code tell"),
-    Scenario("thread_refused", "8 read threads per worker under a limit of 18 tasks: a thread is refused",
-             "thread_refused_broken.py", "thread_refused_fixed.py", "fork_refused", "06_file_descriptors",
-             RunOptions(timeout=60, max_processes=18), RunOptions(timeout=60, max_processes=18),
-             knobs=("timeout",),
-             note="the forks fit and a thread does not (a worker's queue feeder, or a read thread of the "
-                  "Dataset: a race which one); needs a pids cgroup or RLIMIT_NPROC"),
+    _pair("tree_mp_spawn", "torch.multiprocessing.spawn: a rank's worker segfaults on a truncated record",
+          "native_crash", "03_corrupt_data", _SPAWN, knobs=("timeout",), failing="child",
+          note="the rank is a spawn child of the script; its workers are grandchildren"),
+    _pair("tree_mp_process", "multiprocessing.Process(target=train): a worker raises; the launcher exits 1",
+          "worker_exception", "01_read_the_error", failing="child"),
+    _pair("tree_pool", "a ProcessPoolExecutor job builds a loader; a worker segfaults", "native_crash",
+          "03_corrupt_data", failing="child",
+          note="the job's error reaches the script through concurrent.futures' _RemoteTraceback"),
+    _pair("tree_exit0", "the launcher exits 0 after its trainer child failed in the loader", "worker_exception",
+          "01_read_the_error", failing="child",
+          note="the run's own outcome is ok: only the child's traceback and exit code tell"),
+    _pair("thread_refused", "8 read threads per worker under a limit of 18 tasks: a thread is refused",
+          "fork_refused", "06_file_descriptors", RunOptions(timeout=60, max_processes=18), knobs=("timeout",),
+          note="the forks fit and a thread does not (a worker's queue feeder, or a read thread of the "
+               "Dataset: a race which one); needs a pids cgroup or RLIMIT_NPROC"),
 ]}
 
 
