@@ -1,12 +1,7 @@
-"""Measurements of this machine and process that bear on DataLoader workers, in one place.
+"""Measurements of this machine and process that bear on DataLoader workers, and the one wording of each.
 
-Used by :mod:`labutils.machine.doctor` (the preflight) and :mod:`labutils.diagnosis.diagnose` (the evidence lines of a
-diagnosis) alike: /dev/shm size and free space, RLIMIT_NOFILE and open descriptors, memory and the
-cgroup limit, CPUs and the cgroup quota, the torch build (read from its files, without importing it),
-the default start method (without fixing the default context), whether ``__main__`` can be imported
-by a spawned child, the kernel's OOM-kill record, and who is likely to send SIGTERM here.
-
-Every probe is a small function that returns None (or an empty value) when it cannot measure, so that
+Used by :mod:`labutils.machine.doctor` (the preflight) and by a diagnosis's evidence lines
+(:func:`environment_lines`). Every probe returns None (or an empty value) when it cannot measure, so that
 tests can replace one measurement without touching the machine. Nothing here imports torch.
 """
 
@@ -24,6 +19,7 @@ from typing import Any, Iterable, Mapping, Optional
 import psutil
 
 from ..runner import cgroupfs, procfs, startmethod
+from ..runner.sizes import format_size
 
 SHM_PATH = "/dev/shm"
 
@@ -36,6 +32,18 @@ def shm_usage(path: str = SHM_PATH) -> Optional[tuple]:
     except (OSError, AttributeError):
         return None
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def shm_used(path: str = SHM_PATH) -> int:
+    """Bytes in use on the filesystem holding ``path`` (blocks minus free blocks); raises where it is absent."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def shm_line(usage: Optional[tuple]) -> str:
+    if usage is None:
+        return f"{SHM_PATH}: not present"
+    return f"{SHM_PATH}: {format_size(usage[0])} total, {format_size(usage[1])} free"
 
 
 # --------------------------------------------------------------------------- cgroups
@@ -104,21 +112,20 @@ def nofile_limits() -> Optional[tuple]:
     return None if resource is None else resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-def meminfo() -> dict:
-    """/proc/meminfo in bytes (MemTotal, MemAvailable, ...); {} elsewhere."""
-    out = {}
-    for line in (cgroupfs.read_file("/proc/meminfo") or "").splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * 1024
-    return out
+def nofile_line(limits: tuple, fds: Optional[int] = None) -> str:
+    soft, hard = ("unlimited" if n == RLIM_INFINITY else str(n) for n in limits)
+    return f"open-files limit (RLIMIT_NOFILE): soft {soft}, hard {hard}" + (
+        "" if fds is None else f"; {fds} open now")
 
 
 def memory() -> tuple:
     """(total_bytes, available_bytes) of the machine."""
     vm = psutil.virtual_memory()
     return vm.total, vm.available
+
+
+def memory_line(total: int, available: int) -> str:
+    return f"{format_size(total)} total, {format_size(available)} available"
 
 
 # --------------------------------------------------------------------------- start method and __main__
@@ -142,6 +149,10 @@ class TorchInfo:
     location: Optional[str] = None
     error: Optional[str] = None
     import_s: float = 0.0
+
+    @property
+    def build(self) -> str:
+        return f"CUDA {self.cuda}" if self.cuda else "CPU-only build"
 
 
 def read_torch_version_file(package_dir: str) -> dict:
@@ -280,19 +291,13 @@ def sigterm_senders(env: Optional[Mapping[str, str]] = None) -> list:
 
 
 # --------------------------------------------------------------------------- the lines a diagnosis shows
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.0f} MiB" if n < 2**30 * 10 else f"{n / 2**30:.1f} GiB"
-
-
 def environment_lines(options: Optional[dict] = None, iters: Optional[list] = None, live: bool = False) -> list:
-    """Short lines about this machine (and a run's limits) that bear on DataLoader failures."""
+    """Short lines about this machine (and a run's limits) that bear on DataLoader failures, worded as the
+    doctor words them."""
     options = options or {}
-    lines = []
     info = torch_info(False)
     py = ".".join(map(str, sys.version_info[:3]))
-    ver = info.version
-    lines.append(f"python {py}; torch {ver or 'not installed'}"
-                 + ("" if ver is None else f" ({'CUDA ' + info.cuda if info.cuda else 'CPU-only build'})"))
+    lines = [f"python {py}; torch {info.version or 'not installed'}" + (f" ({info.build})" if info.version else "")]
     methods = sorted({it.get("start_method") for it in iters or [] if it.get("start_method")})
     if methods:
         sm = f"start method used by the DataLoader: {', '.join(methods)}"
@@ -308,29 +313,18 @@ def environment_lines(options: Optional[dict] = None, iters: Optional[list] = No
         if parts:
             lines.append("DataLoader: " + ", ".join(parts))
     if options.get("shm_size"):
-        lines.append(f"/dev/shm of the run: a private tmpfs of {_mib(options['shm_size'])}")
+        lines.append(f"/dev/shm of the run: a private tmpfs of {format_size(options['shm_size'])}")
     else:
-        shm = shm_usage()
-        lines.append(f"/dev/shm: {_mib(shm[1])} free of {_mib(shm[0])}" if shm else "/dev/shm: not present")
+        lines.append(shm_line(shm_usage()))
     limits = nofile_limits()
-    if limits:
-        soft, hard = limits
-        hard_s = "unlimited" if hard == RLIM_INFINITY else str(hard)
-        if options.get("nofile"):
-            lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {soft}/{hard_s})")
-        else:
-            fds = ""
-            if live:
-                n = open_fds()
-                fds = f", {n} open now" if n is not None else ""
-            lines.append(f"open-files limit (RLIMIT_NOFILE): soft {soft}, hard {hard_s}{fds}")
-    mem = meminfo()
-    budget = options.get("memory_budget")
-    if mem.get("MemAvailable"):
-        line = f"memory available: {_mib(mem['MemAvailable'])} of {_mib(mem.get('MemTotal', 0))}"
-        if budget:
-            line += f"; run's memory budget: {_mib(budget)}"
-        lines.append(line)
+    if limits and options.get("nofile"):
+        lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {nofile_line(limits)})")
+    elif limits:
+        lines.append(nofile_line(limits, open_fds() if live else None))
+    line = "memory: " + memory_line(*memory())
+    if options.get("memory_budget"):
+        line += f"; run's memory budget: {format_size(options['memory_budget'])}"
+    lines.append(line)
     if live:
         if not main_importable():
             lines.append("this __main__ has no file a new process could import (notebook, stdin or -c): "
