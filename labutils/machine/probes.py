@@ -114,8 +114,7 @@ def nofile_limits() -> Optional[tuple]:
 
 def nofile_line(limits: tuple, fds: Optional[int] = None) -> str:
     soft, hard = ("unlimited" if n == RLIM_INFINITY else str(n) for n in limits)
-    return f"open-files limit (RLIMIT_NOFILE): soft {soft}, hard {hard}" + (
-        "" if fds is None else f"; {fds} open now")
+    return f"soft {soft}, hard {hard}" + ("" if fds is None else f"; {fds} open now")
 
 
 def memory() -> tuple:
@@ -320,7 +319,7 @@ def environment_lines(options: Optional[dict] = None, iters: Optional[list] = No
     if limits and options.get("nofile"):
         lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {nofile_line(limits)})")
     elif limits:
-        lines.append(nofile_line(limits, open_fds() if live else None))
+        lines.append("open-files limit (RLIMIT_NOFILE): " + nofile_line(limits, open_fds() if live else None))
     line = "memory: " + memory_line(*memory())
     if options.get("memory_budget"):
         line += f"; run's memory budget: {format_size(options['memory_budget'])}"
