@@ -8,9 +8,12 @@ default context, CUDA is inspected without being initialised, and no worker is s
 from __future__ import annotations
 
 import argparse
+import configparser
+import glob
 import html
 import json
 import multiprocessing
+import os
 import platform
 import sys
 import time
@@ -353,43 +356,25 @@ SYSTEM_UID_MAX = 999  # logind leaves system users' IPC alone (SYS_UID_MAX of lo
 
 def _removeipc_setting(main_conf: str, dropin_dirs: Sequence[str]) -> tuple:
     """``(value or None, files read, files unreadable)`` of logind's RemoveIPC=, later files winning."""
-    import glob
-    import os
-
-    files = [main_conf]
     dropins: dict = {}
     for d in dropin_dirs:  # a drop-in of the same name in a later directory replaces the earlier one
         for path in glob.glob(os.path.join(d, "*.conf")):
             dropins[os.path.basename(path)] = path
-    files += [dropins[name] for name in sorted(dropins)]
-    value, read, unreadable = None, [], []
-    for path in files:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except FileNotFoundError:
-            continue
-        except OSError:
-            unreadable.append(path)
-            continue
-        read.append(path)
-        section = None
-        for line in text.splitlines():
-            line = line.strip()
-            if line.startswith("[") and line.endswith("]"):
-                section = line[1:-1].strip()
-            elif section == "Login" and not line.startswith(("#", ";")) and "=" in line:
-                key, _, val = line.partition("=")
-                if key.strip() == "RemoveIPC":
-                    value = val.strip().lower()
-    return value, read, unreadable
+    files = [main_conf] + [dropins[name] for name in sorted(dropins)]
+    conf = configparser.ConfigParser(strict=False, interpolation=None, allow_no_value=True)
+    conf.optionxform = str  # systemd's keys are case-sensitive
+    try:
+        read = conf.read(files, encoding="utf-8")
+    except configparser.Error:
+        read = []
+    unreadable = [path for path in files if path not in read and os.path.exists(path)]
+    value = conf.get("Login", "RemoveIPC", fallback=None)
+    return (value.strip().lower() if value else None), read, unreadable
 
 
 def _check_removeipc(uid: Optional[int] = None, systemd_running: Optional[bool] = None,
                      main_conf: str = LOGIND_CONF, dropin_dirs: Sequence[str] = LOGIND_DROPINS) -> CheckResult:
     """Will systemd-logind delete this user's /dev/shm files and semaphores at their last logout?"""
-    import os
-
     if not sys.platform.startswith("linux"):
         return CheckResult("removeipc", "OK", "not Linux: no systemd-logind to remove your IPC at logout")
     if systemd_running is None:
