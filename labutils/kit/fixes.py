@@ -248,19 +248,6 @@ def pet_watchdog() -> None:
 
 # ---------------------------------------------------------------------------------- resilient loader
 
-class _ListBatchSampler:
-    """A batch sampler over a fixed list of index lists (the rest of an epoch)."""
-
-    def __init__(self, batches: list) -> None:
-        self.batches = batches
-
-    def __iter__(self) -> Iterator:
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-
 @dataclass
 class RestartEvent:
     """One recovery of :class:`ResilientLoader`."""
@@ -345,7 +332,7 @@ class ResilientLoader:
             for key in ("prefetch_factor", "persistent_workers", "multiprocessing_context", "timeout"):
                 kwargs.pop(key, None)
         if auto_collation:
-            return DataLoader(self.dataset, batch_sampler=_ListBatchSampler(rest), **kwargs)
+            return DataLoader(self.dataset, batch_sampler=rest, **kwargs)
         return DataLoader(self.dataset, batch_size=None, sampler=rest, **kwargs)
 
     def __len__(self) -> int:
