@@ -213,26 +213,6 @@ def torch_info(import_torch: bool = False) -> TorchInfo:
 
 
 # --------------------------------------------------------------------------- who kills processes here
-def dmesg_oom_lines(pids: Iterable[int], timeout: float = 2.0, since: Optional[float] = None) -> list:
-    """Kernel log lines that name one of ``pids`` as killed by the OOM killer (``[]`` if unreadable).
-
-    ``since`` (a ``time.time()``): only lines the kernel stamped after it. A pid number is reused, and the
-    kernel log keeps the kills of the machine's whole uptime: a line about an earlier process with the same
-    number is not about this one (a soak of the lab's notebooks found such a line for a SIGKILL of its own).
-    """
-    wanted = {int(p) for p in pids if p}
-    if not wanted or not sys.platform.startswith("linux"):
-        return []
-    try:
-        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if done.returncode != 0:
-        return []
-    boot = procfs.start_wall(0)  # when the machine booted, in time.time() terms: the zero of the log's stamps
-    return oom_lines_in(done.stdout, wanted, None if since is None else since - boot)
-
-
 _STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 
@@ -251,18 +231,28 @@ def oom_lines_in(text: str, wanted: set, since_boot: Optional[float] = None) -> 
     return lines
 
 
-def kernel_oom_record(pids: Iterable[int], since: Optional[float] = None) -> Optional[dict]:
-    """The kernel's record of an OOM kill of one of ``pids``, read now: dmesg lines naming the pid, stamped
-    after ``since`` where it is given (see :func:`dmesg_oom_lines`).
+def kernel_oom_record(pids: Iterable[int], since: Optional[float] = None, timeout: float = 2.0) -> Optional[dict]:
+    """The kernel's record of an OOM kill of one of ``pids``, read now: the dmesg lines that name the pid,
+    stamped after ``since`` (a ``time.time()``) where it is given; None when there are none or dmesg is closed.
 
-    (The counter of this process's own cgroup is not enough on its own: it counts kills of any process
-    of the cgroup, at any time. The runner reads its run's child cgroup, which is specific.)
+    A pid number is reused, and the kernel log keeps the kills of the machine's whole uptime: a line about an
+    earlier process with the same number is not about this one (a soak of the lab's notebooks found such a line
+    for a SIGKILL of its own). The counter of this process's own cgroup is no record either: it counts kills of
+    any process of the cgroup, at any time (the runner reads its run's child cgroup, which is specific).
     """
     pids = list(pids)
-    lines = dmesg_oom_lines(pids, since=since)
-    if lines:
-        return {"source": "dmesg", "lines": lines[:3], "pids": pids}
-    return None
+    wanted = {int(p) for p in pids if p}
+    if not wanted or not sys.platform.startswith("linux"):
+        return None
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    boot = procfs.start_wall(0)  # when the machine booted, in time.time() terms: the zero of the log's stamps
+    lines = oom_lines_in(done.stdout, wanted, None if since is None else since - boot)
+    return {"source": "dmesg", "lines": lines[:3], "pids": pids} if lines else None
 
 
 #: Environment variables that name a scheduler or launcher which stops processes with SIGTERM.
