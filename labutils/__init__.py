@@ -52,8 +52,7 @@ def __dir__():
 
 
 def _explain(result):
-    """:func:`labutils.diagnosis.diagnose.explain`, imported on first use: what ``RunResult.diagnosis`` calls
-    (the runner, below the diagnosis, asks for it through :func:`labutils._lazy.explain`, which is set here)."""
+    """:func:`labutils.diagnosis.diagnose.explain`, imported on first use (see :func:`labutils._lazy.explain`)."""
     from .diagnosis.diagnose import explain
 
     return explain(result)
