@@ -62,10 +62,12 @@ _lazy.explain = _explain
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext labutils`` registers the ``%%isolate`` cell magic (and applies the start-method switch)."""
+    """``%load_ext labutils`` registers the ``%%isolate`` cell magic, shows every RunResult as the lab's card
+    (also in a shell made after the import), and applies the start-method switch."""
     from .lab.magic import load_ipython_extension as _load
 
     startmethod.apply_requested()
+    _show_cards(ipython)
     _load(ipython)
 
 
