@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 from ..machine import probes
 from ..machine.doctor import doctor
 from ..runner.isolate import run_isolated
+from ..runner.sizes import format_size
 from ..scenarios import get_scenario
 
 __all__ = ["CPU_WHEEL", "FAMILIES", "NOTEBOOKS", "Step", "Verdict", "preflight", "preflight_main", "torch_build",
@@ -134,11 +135,10 @@ def torch_build(torch_dir: Optional[str] = None, gpu: Optional[bool] = None) -> 
         return Step("torch_build", "OK", f"torch {version}: a CUDA {cuda} build, and an NVIDIA GPU is here",
                     data=data)
     site = os.path.dirname(torch_dir)
-    parts = [torch_dir] + sorted(glob.glob(os.path.join(site, "nvidia"))) + sorted(glob.glob(os.path.join(site,
-                                                                                                      "triton")))
+    parts = [torch_dir] + sorted(glob.glob(os.path.join(site, "nvidia")) + glob.glob(os.path.join(site, "triton")))
     mib = _disk_mib(parts)
     data["disk_mib"] = round(mib, 1)
-    size = f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.1f} MiB"
+    size = format_size(mib * 2**20)
     where = ", ".join(os.path.basename(p) for p in parts)
     release = version.split("+", 1)[0]
     return Step("torch_build", "WARN",
