@@ -98,7 +98,6 @@ class Verdict:
         return f"  {self.notebook:<25} {self.text}"
 
 
-# --------------------------------------------------------------------------- the torch build
 #: how to install the CPU wheel of the torch release that is there (PyTorch's own index of CPU wheels)
 CPU_WHEEL = "python -m pip install --force-reinstall 'torch=={release}' --index-url https://download.pytorch.org/whl/cpu"
 _GPU_PATHS = ("/proc/driver/nvidia/gpus/*", "/dev/nvidia[0-9]*")
@@ -148,7 +147,6 @@ def torch_build(torch_dir: Optional[str] = None, gpu: Optional[bool] = None) -> 
                 f"packages `pip list` shows", data=data)
 
 
-# --------------------------------------------------------------------------- the reproductions
 def reproduce(family: str, run: Optional[Callable] = None) -> Step:
     """Run one family's broken scenario isolated and check that the diagnosis names its cause."""
     fam = FAMILIES[family]
@@ -204,7 +202,6 @@ def kernel_round_trip(timeout: int = 120) -> Step:
                 time.monotonic() - t0)
 
 
-# --------------------------------------------------------------------------- what this machine has
 def _has_module(name: str) -> Optional[str]:
     return None if importlib.util.find_spec(name) is not None else f"the {name} package is not installed"
 
@@ -335,7 +332,6 @@ def _torch_facts() -> tuple:
     return bool(torch.cuda.is_available()), gloo
 
 
-# --------------------------------------------------------------------------- the whole pre-flight
 @dataclass
 class PreflightReport:
     doctor: object

@@ -46,9 +46,6 @@ log = logging.getLogger(__name__)
 _INHERITED: list = []
 
 
-# ------------------------------------------------------------------------------------ lazy handles
-
-
 class PerWorkerResource:
     """A resource built lazily, once per process, from a picklable ``factory`` (released by ``close``, else
     by its own ``close()`` method).
@@ -167,9 +164,6 @@ def lazy_open(path: str | os.PathLike, mode: str = "rb", **open_kwargs: Any) -> 
     return LazyFile(path, mode, **open_kwargs)
 
 
-# --------------------------------------------------------------------------------- worker_init_fn
-
-
 def worker_init_seed_and_faulthandler(worker_id: int) -> None:
     """A ``worker_init_fn``: seed ``random`` and numpy from ``torch.initial_seed()``, enable faulthandler.
 
@@ -245,8 +239,6 @@ def pet_watchdog() -> None:
     if _WATCHDOG_S is not None:
         faulthandler.dump_traceback_later(_WATCHDOG_S, repeat=True, file=_stderr_fd())
 
-
-# ---------------------------------------------------------------------------------- resilient loader
 
 @dataclass
 class RestartEvent:

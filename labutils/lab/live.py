@@ -57,7 +57,6 @@ class LiveRecorder:
         self._names: dict = {}
         self._workers = 0
 
-    # ------------------------------------------------------------------ listeners (monitor thread)
     def on_sample(self, sample: dict) -> None:
         now = time.time()
         with self._lock:
@@ -91,7 +90,6 @@ class LiveRecorder:
                 self._names[pid] = f"{rec.get('name') or 'process'} {pid}"
         return self._names[pid]
 
-    # ------------------------------------------------------------------ views (any thread)
     def snapshot(self) -> dict:
         """``{"series": {label: {t, rss, uss, fds, shm}}, "batches": (t, n), "deaths": [(t, text)]}``."""
         with self._lock:

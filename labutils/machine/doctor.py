@@ -109,9 +109,6 @@ class DoctorReport:
         )
 
 
-# ------------------------------------------------------------------------------------------------ checks
-
-
 def _check_python() -> CheckResult:
     v = sys.version_info
     detail = f"Python {platform.python_version()} ({platform.python_implementation()}) on {sys.platform}"
@@ -445,9 +442,6 @@ def doctor(
     # the runner's capabilities: each tried once, and the fallback in use
     checks.append(CheckResult(**capabilities.doctor_check(runner_probes)))
     return DoctorReport(checks, time.perf_counter() - t0)
-
-
-# -------------------------------------------------------------------------------------------------- CLI
 
 
 def _size_arg(text: str) -> int:

@@ -24,7 +24,6 @@ from ..runner.sizes import format_size
 SHM_PATH = "/dev/shm"
 
 
-# --------------------------------------------------------------------------- /dev/shm
 def shm_usage(path: str = SHM_PATH) -> Optional[tuple]:
     """(total_bytes, free_bytes) of the filesystem at ``path``; None when it does not exist."""
     try:
@@ -46,7 +45,6 @@ def shm_line(usage: Optional[tuple]) -> str:
     return f"{SHM_PATH}: {format_size(usage[0])} total, {format_size(usage[1])} free"
 
 
-# --------------------------------------------------------------------------- cgroups
 def _own_file(controller: str, name: str) -> tuple:
     """``(text or None, "v1"/"v2"/None)`` of a file of this process's ``controller`` cgroup, found through
     the mounts as the runner finds it (labutils.runner.cgroupfs), so doctor and runner agree in a container."""
@@ -83,7 +81,6 @@ def cgroup_cpus() -> Optional[float]:
     return None
 
 
-# --------------------------------------------------------------------------- CPUs, fds, memory
 def cpu_count() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -127,7 +124,6 @@ def memory_line(total: int, available: int) -> str:
     return f"{format_size(total)} total, {format_size(available)} available"
 
 
-# --------------------------------------------------------------------------- start method and __main__
 def main_importable(main: Any = None) -> bool:
     """True when a spawn/forkserver child can re-import ``__main__``: it must be a real file.
 
@@ -139,7 +135,6 @@ def main_importable(main: Any = None) -> bool:
     return bool(path) and os.path.isfile(path)
 
 
-# --------------------------------------------------------------------------- torch build
 @dataclass
 class TorchInfo:
     module: Any = None  # the torch module when it is imported in this process
@@ -212,7 +207,6 @@ def torch_info(import_torch: bool = False) -> TorchInfo:
     return TorchInfo(None, values.get("__version__"), values.get("cuda"), package_dir)
 
 
-# --------------------------------------------------------------------------- who kills processes here
 _STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 
@@ -279,7 +273,6 @@ def sigterm_senders(env: Optional[Mapping[str, str]] = None) -> list:
     return found
 
 
-# --------------------------------------------------------------------------- the lines a diagnosis shows
 def environment_lines(options: Optional[dict] = None, iters: Optional[list] = None, live: bool = False) -> list:
     """Short lines about this machine (and a run's limits) that bear on DataLoader failures, worded as the
     doctor words them."""
