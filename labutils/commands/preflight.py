@@ -34,23 +34,18 @@ __all__ = ["CPU_WHEEL", "FAMILIES", "NOTEBOOKS", "Step", "Verdict", "preflight",
 RECORDED = "(the notebook shows recorded results)"
 
 
-@dataclass(frozen=True)
-class Family:
-    scenario: str
-    what: str
-    overrides: tuple = ()  # RunOptions fields changed for a shorter run
-
-
-#: the reproductions, by family: the scenario that shows it and what it stands for
+#: the reproductions: each family's scenario (of the same name) and what it stands for
 FAMILIES = {
-    "worker_exception": Family("worker_exception", "a Python exception in a worker"),
-    "oom_killed": Family("oom_killed", "a worker killed over its memory budget"),
-    "native_crash": Family("native_crash", "a segfault in a worker"),
-    "shm_exhausted": Family("shm_exhausted", "a full /dev/shm (a private 8 MiB one)"),
-    "fd_limit": Family("fd_limit", "the open-files limit (128)"),
-    "hang": Family("hang", "a hang, stopped by a 5 s time limit", (("timeout", 5.0), ("stall", None))),
-    "unpicklable_dataset": Family("unpicklable_dataset", "a dataset that spawn cannot pickle"),
+    "worker_exception": "a Python exception in a worker",
+    "oom_killed": "a worker killed over its memory budget",
+    "native_crash": "a segfault in a worker",
+    "shm_exhausted": "a full /dev/shm (a private 8 MiB one)",
+    "fd_limit": "the open-files limit (128)",
+    "hang": "a hang, stopped by a 5 s time limit",
+    "unpicklable_dataset": "a dataset that spawn cannot pickle",
 }
+#: RunOptions fields changed for a shorter run
+_SHORTER = {"hang": {"timeout": 5.0, "stall": None}}
 
 #: what each notebook needs: requirement keys (see ``_REQUIREMENTS``) and families it reproduces
 NOTEBOOKS = {
@@ -149,14 +144,14 @@ def torch_build(torch_dir: Optional[str] = None, gpu: Optional[bool] = None) -> 
 
 def reproduce(family: str, run: Optional[Callable] = None) -> Step:
     """Run one family's broken scenario isolated and check that the diagnosis names its cause."""
-    fam = FAMILIES[family]
-    sc = get_scenario(fam.scenario)
-    options = replace(sc.broken_options, **dict(fam.overrides))
+    what = FAMILIES[family]
+    sc = get_scenario(family)
+    options = replace(sc.broken_options, **_SHORTER.get(family, {}))
     t0 = time.monotonic()
     try:
         result = (run or run_isolated)(file=sc.path("broken"), **options.kwargs())
     except Exception as exc:  # noqa: BLE001  a machine that cannot run it is the finding
-        return Step(family, "FAIL", f"{fam.what}: the run could not start: {type(exc).__name__}: {exc}",
+        return Step(family, "FAIL", f"{what}: the run could not start: {type(exc).__name__}: {exc}",
                     time.monotonic() - t0)
     seconds = time.monotonic() - t0
     launcher = (result.launcher or {}).get("kind") or "cold"
@@ -164,12 +159,12 @@ def reproduce(family: str, run: Optional[Callable] = None) -> Step:
     data = {"cause": result.cause, "outcome": result.outcome, "launcher": launcher, "enforced_by": enforced,
             "reason": result.reason}
     if result.outcome == "unsupported":
-        return Step(family, "SKIP", f"{fam.what}: unsupported here: {result.reason}", seconds, data)
+        return Step(family, "SKIP", f"{what}: unsupported here: {result.reason}", seconds, data)
     how = f"{launcher} run" + (f", budget enforced by the {enforced}" if enforced else "")
     if result.cause != sc.expected:
-        return Step(family, "FAIL", f"{fam.what}: diagnosed {result.cause!r}, expected {sc.expected!r} "
+        return Step(family, "FAIL", f"{what}: diagnosed {result.cause!r}, expected {sc.expected!r} "
                     f"({result.outcome}; {how})", seconds, data)
-    return Step(family, "OK", f"{fam.what}: diagnosed {result.cause} ({how})", seconds, data)
+    return Step(family, "OK", f"{what}: diagnosed {result.cause} ({how})", seconds, data)
 
 
 ROUND_TRIP = [
@@ -291,8 +286,8 @@ def _family_requirement(step: Optional[Step]) -> tuple:
         return "ok", ""
     if step.status == "SKIP":
         reason = step.data.get("reason") or step.detail
-        return "partly", f"{FAMILIES[step.name].what}, because {reason} {RECORDED}"
-    return "cannot", f"{FAMILIES[step.name].what} did not reproduce: {step.detail}"
+        return "partly", f"{FAMILIES[step.name]}, because {reason} {RECORDED}"
+    return "cannot", f"{FAMILIES[step.name]} did not reproduce: {step.detail}"
 
 
 def verdicts(ctx: dict) -> list:
