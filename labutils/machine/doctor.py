@@ -268,7 +268,7 @@ def _check_nofile() -> CheckResult:
     (soft, hard), fds = limits, probes.open_fds()
     unlimited = probes.RLIM_INFINITY
     data = {"soft": soft, "hard": hard, "open_fds": fds}
-    detail = "open-files limit (RLIMIT_NOFILE): " + probes.nofile_line(limits, fds)
+    detail = f"{probes.NOFILE}: " + probes.nofile_line(limits, fds)
     advice = (
         "raise the soft limit: `ulimit -n 65536` in the shell that starts Jupyter/Python, or "
         "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard)) before creating the loader; or "

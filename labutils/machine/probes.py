@@ -102,6 +102,7 @@ try:
 except ImportError:  # not on Windows
     resource = None
 RLIM_INFINITY = getattr(resource, "RLIM_INFINITY", -1)
+NOFILE = "open-files limit (RLIMIT_NOFILE)"
 
 
 def nofile_limits() -> Optional[tuple]:
@@ -302,7 +303,7 @@ def environment_lines(options: Optional[dict] = None, iters: Optional[list] = No
     if limits and options.get("nofile"):
         lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {nofile_line(limits)})")
     elif limits:
-        lines.append("open-files limit (RLIMIT_NOFILE): " + nofile_line(limits, open_fds() if live else None))
+        lines.append(f"{NOFILE}: " + nofile_line(limits, open_fds() if live else None))
     line = "memory: " + memory_line(*memory())
     if options.get("memory_budget"):
         line += f"; run's memory budget: {format_size(options['memory_budget'])}"
