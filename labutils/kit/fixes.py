@@ -22,7 +22,6 @@ from .quarantine import QuarantineDataset, QuarantinedBatch, QuarantineReport, S
 
 __all__ = [
     "LazyFile",
-    "lazy_open",
     "PerWorkerResource",
     "Skipped",
     "QuarantinedBatch",
@@ -157,11 +156,6 @@ class LazyFile(PerWorkerResource):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def lazy_open(path: str | os.PathLike, mode: str = "rb", **open_kwargs: Any) -> LazyFile:
-    """Return a :class:`LazyFile`: ``open()`` deferred to the first use in each process."""
-    return LazyFile(path, mode, **open_kwargs)
 
 
 def worker_init_seed_and_faulthandler(worker_id: int) -> None:
