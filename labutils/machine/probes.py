@@ -247,7 +247,9 @@ def kernel_oom_record(pids: Iterable[int], since: Optional[float] = None, timeou
         return None
     boot = procfs.start_wall(0)  # when the machine booted, in time.time() terms: the zero of the log's stamps
     lines = oom_lines_in(done.stdout, wanted, None if since is None else since - boot)
-    return {"source": "dmesg", "lines": lines[:3], "pids": pids} if lines else None
+    if not lines:
+        return None
+    return {"source": "dmesg", "lines": lines[:3], "pids": pids}
 
 
 #: Environment variables that name a scheduler or launcher which stops processes with SIGTERM.
@@ -280,7 +282,8 @@ def environment_lines(options: Optional[dict] = None, iters: Optional[list] = No
     options = options or {}
     info = torch_info(False)
     py = ".".join(map(str, sys.version_info[:3]))
-    lines = [f"python {py}; torch {info.version or 'not installed'}" + (f" ({info.build})" if info.version else "")]
+    build = f"torch {info.version} ({info.build})" if info.version else "torch not installed"
+    lines = [f"python {py}; {build}"]
     methods = sorted({it.get("start_method") for it in iters or [] if it.get("start_method")})
     if methods:
         sm = f"start method used by the DataLoader: {', '.join(methods)}"
