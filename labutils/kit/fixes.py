@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from ..diagnosis.evidence import is_worker_death  # the lab's one detector, which the diagnosis uses too
-
-# the quarantine lives in its own module; its names stay importable from here (labutils.kit.fixes.X)
 from .quarantine import QuarantineDataset, QuarantinedBatch, QuarantineReport, Skipped, collate_skip
 
 __all__ = [
