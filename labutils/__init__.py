@@ -52,8 +52,7 @@ def __dir__():
 
 
 def _explain(result):
-    """:func:`labutils.diagnosis.diagnose.explain`, imported on first use: what ``RunResult.diagnosis`` calls
-    (the runner, below the diagnosis, asks for it through :func:`labutils._lazy.explain`, which is set here)."""
+    """:func:`labutils.diagnosis.diagnose.explain`, imported on first use (see :func:`labutils._lazy.explain`)."""
     from .diagnosis.diagnose import explain
 
     return explain(result)
@@ -63,10 +62,12 @@ _lazy.explain = _explain
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext labutils`` registers the ``%%isolate`` cell magic (and applies the start-method switch)."""
+    """``%load_ext labutils`` registers the ``%%isolate`` cell magic, shows every RunResult as the lab's card
+    (also in a shell made after the import), and applies the start-method switch."""
     from .lab.magic import load_ipython_extension as _load
 
     startmethod.apply_requested()
+    _show_cards(ipython)
     _load(ipython)
 
 

@@ -23,11 +23,7 @@ def submodule_getattr(package: str):
 
 
 def explain(result):
-    """The diagnosis of a :class:`~labutils.runner.result.RunResult`, which its ``diagnosis`` property asks for.
-
-    The record does not analyse itself, and the runner that builds it sits below the diagnosis, so it never
-    imports it: the package's face (``labutils/__init__.py``, which Python imports before any module of the
-    package) puts :func:`labutils.diagnosis.diagnose.explain` here, imported on its first use. This stand-in
-    only says that nothing was put here.
-    """
+    """The diagnosis of a RunResult, which its ``diagnosis`` property asks for. The runner sits below the
+    diagnosis and never imports it: ``labutils/__init__.py`` (imported before any module of the package)
+    replaces this stand-in with :func:`labutils.diagnosis.diagnose.explain`, imported on first use."""
     raise RuntimeError("no diagnosis is attached to RunResult: labutils/__init__.py attaches it on import")

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from labutils.commands.main import COMMANDS, build_parser, main
+from labutils.commands.main import COMMANDS, main
 
 PY = sys.executable
 
@@ -37,9 +37,14 @@ def test_each_command_answers_help_with_its_own_options(command, text):
     assert done.returncode == 0 and text in done.stdout, done.stdout + done.stderr
 
 
-def test_the_rest_of_the_line_reaches_the_command_untouched(capsys):
-    ns = build_parser().parse_args(["diagnose", "--", "--json", "s.py", "--json", "-x"])
-    assert ns.command == "diagnose" and ns.rest[1:] == ["--json", "s.py", "--json", "-x"]
+def test_the_rest_of_the_line_reaches_the_command_untouched(capsys, monkeypatch):
+    from labutils.commands import main as front
+
+    seen = []
+    with monkeypatch.context() as patch:
+        patch.setattr(front, "_dispatch", lambda command, rest: seen.append((command, rest)) or 0)
+        assert main(["diagnose", "--json", "s.py", "--json", "-x"]) == 0
+    assert seen == [("diagnose", ["--json", "s.py", "--json", "-x"])]
     assert main(["doctor", "--prefetch-factor", "0"]) == 2
     assert "must be at least 1" in capsys.readouterr().err
 

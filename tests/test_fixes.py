@@ -32,7 +32,6 @@ from labutils.kit.fixes import (
     WorkerInit,
     collate_skip,
     is_worker_death,
-    lazy_open,
     make_worker_init,
     pet_watchdog,
     worker_init_seed_and_faulthandler,
@@ -54,7 +53,7 @@ class LinesDataset(Dataset):
     """Line i of a text file, read through a LazyFile with seek: shared offsets would scramble it."""
 
     def __init__(self, path, n):
-        self.fh = lazy_open(path, "rb")
+        self.fh = LazyFile(path, "rb")
         self.offsets = []
         with open(path, "rb") as f:
             for _ in range(n):
@@ -77,7 +76,7 @@ def _write_lines(path, n):
 def test_lazy_file_pickles_as_path_and_mode(tmp_path):
     path = tmp_path / "a.txt"
     _write_lines(path, 3)
-    fh = lazy_open(path, "rb")
+    fh = LazyFile(path, "rb")
     assert fh.opened_pid is None
     assert fh.readline() == b"line 0000\n"  # attribute access opens it
     assert fh.opened_pid == os.getpid()
@@ -157,12 +156,12 @@ SPAWN_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import torch
     from torch.utils.data import DataLoader, Dataset
-    from labutils.kit.fixes import lazy_open, make_worker_init
+    from labutils.kit.fixes import LazyFile, make_worker_init
     from labutils.diagnosis.pickling import find_unpicklable
 
     class SpawnDataset(Dataset):
         def __init__(self, path):
-            self.fh = lazy_open(path, "rb")
+            self.fh = LazyFile(path, "rb")
         def __len__(self):
             return 4
         def __getitem__(self, i):

@@ -84,8 +84,7 @@ def test_sample_for_keeps_the_lesson_numbers():
 
 
 def fake_shm(monkeypatch, total, free):
-    monkeypatch.setattr(shmwatch, "shm_total", lambda path: total)
-    monkeypatch.setattr(shmwatch, "shm_free", lambda path: free)
+    monkeypatch.setattr(shmwatch, "shm_usage", lambda path: (total, free))
 
 
 def test_plan_private_where_the_mount_is_allowed(monkeypatch):
@@ -134,10 +133,7 @@ def test_refuse_private_mounts_makes_shm_runs_unsupported(monkeypatch):
 
 
 def test_plan_without_dev_shm(monkeypatch):
-    def missing(path):
-        raise FileNotFoundError(path)
-
-    monkeypatch.setattr(shmwatch, "shm_total", missing)
+    monkeypatch.setattr(shmwatch, "shm_usage", lambda path: None)
     p = plan((None, "not Linux"), env={})
     assert p.mode == "recorded" and "not Linux" in p.reason
 

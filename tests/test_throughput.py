@@ -1,11 +1,11 @@
-"""labutils.kit.throughput: epoch timing, the thread-setting worker_init_fn, interleaved measurements."""
+"""labutils.kit.throughput: epoch timing, the thread-setting worker_init_fn, the median of measurements."""
 
 import pickle
 
 import pytest
 
 from labutils.kit.fixes import QuarantinedBatch, Skipped
-from labutils.kit.throughput import SetThreads, batch_len, interleaved, median, preload_forkserver, ratio, time_epochs
+from labutils.kit.throughput import SetThreads, batch_len, median, preload_forkserver, time_epochs
 
 
 def test_batch_len_reads_tensors_tuples_dicts_and_quarantined_batches():
@@ -53,17 +53,10 @@ def test_set_threads_pickles_sets_the_count_and_remembers_the_old_one():
         SetThreads(0)
 
 
-def test_interleaved_takes_turns_and_ratio_uses_medians():
-    order = []
-    out = interleaved({"a": lambda: order.append("a") or 1.0, "b": lambda: order.append("b") or 2.0}, repeats=3)
-    assert order == ["a", "b"] * 3
-    assert out == {"a": [1.0] * 3, "b": [2.0] * 3}
-    assert ratio([1.0, 3.0, 100.0], [2.0, 2.0, 2.0]) == 1.5
+def test_median_leaves_out_missing_measurements():
     assert median([None, 4.0, 2.0]) == 3.0
     with pytest.raises(ValueError):
         median([None])
-    with pytest.raises(ValueError):
-        interleaved({}, repeats=1)
 
 
 def test_preload_forkserver_records_the_modules_and_starts_nothing_unless_forkserver(monkeypatch):

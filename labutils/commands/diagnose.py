@@ -214,7 +214,6 @@ def _report_text(result, script: str, quiet: bool) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- --log FILE [FILE ...]
 LOG_USAGE = f"usage: {PROG} --log FILE [FILE ...] [--json]   (FILE - reads standard input)"
 
 

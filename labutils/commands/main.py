@@ -1,10 +1,9 @@
 """``python -m labutils COMMAND``: doctor, preflight, diagnose, tour, run, cheatsheet, class-sheet (argparse
 subcommands).
 
-Each subcommand keeps its own parser (``doctor_main``, ``preflight_main``, ``diagnose_main``, ``tour_main``,
-``run_main``); this one picks the command and hands it the rest of the command line, so ``python -m labutils
-COMMAND --help`` shows that command's options and ``diagnose`` can pass everything after SCRIPT to
-the script untouched.
+Each command keeps its own parser; this one picks the command and hands it the rest of the command line
+untouched, so ``COMMAND --help`` shows that command's options and ``diagnose`` passes everything after SCRIPT
+to the script.
 """
 
 from __future__ import annotations
@@ -30,11 +29,10 @@ COMMANDS = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m labutils", description="DataLoader Crash Lab command line.",
                                      epilog="`python -m labutils COMMAND --help` shows the options of a command.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    # the commands, for the help only: each command's own parser reads the rest of its command line
+    sub = parser.add_subparsers(metavar="COMMAND", title="commands")
     for name, text in COMMANDS.items():
-        # add_help=False: the command's own parser answers --help with its own options
-        p = sub.add_parser(name, help=text, description=text, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        sub.add_parser(name, help=text)
     return parser
 
 
@@ -63,11 +61,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"labutils: unknown command {args[0]!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         parser.print_usage(sys.stderr)
         return 2
-    try:
-        ns = parser.parse_args(args[:1] + ["--", *args[1:]] if len(args) > 1 else args)
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else 2
-    rest = list(ns.rest)
-    if rest[:1] == ["--"]:
-        rest = rest[1:]
-    return _dispatch(ns.command, rest)
+    return _dispatch(args[0], args[1:])

@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 from ..machine import probes
 from ..machine.doctor import doctor
 from ..runner.isolate import run_isolated
+from ..runner.sizes import format_size
 from ..scenarios import get_scenario
 
 __all__ = ["CPU_WHEEL", "FAMILIES", "NOTEBOOKS", "Step", "Verdict", "preflight", "preflight_main", "torch_build",
@@ -33,23 +34,18 @@ __all__ = ["CPU_WHEEL", "FAMILIES", "NOTEBOOKS", "Step", "Verdict", "preflight",
 RECORDED = "(the notebook shows recorded results)"
 
 
-@dataclass(frozen=True)
-class Family:
-    scenario: str
-    what: str
-    overrides: tuple = ()  # RunOptions fields changed for a shorter run
-
-
-#: the reproductions, by family: the scenario that shows it and what it stands for
+#: the reproductions: each family's scenario (of the same name) and what it stands for
 FAMILIES = {
-    "worker_exception": Family("worker_exception", "a Python exception in a worker"),
-    "oom_killed": Family("oom_killed", "a worker killed over its memory budget"),
-    "native_crash": Family("native_crash", "a segfault in a worker"),
-    "shm_exhausted": Family("shm_exhausted", "a full /dev/shm (a private 8 MiB one)"),
-    "fd_limit": Family("fd_limit", "the open-files limit (128)"),
-    "hang": Family("hang", "a hang, stopped by a 5 s time limit", (("timeout", 5.0), ("stall", None))),
-    "unpicklable_dataset": Family("unpicklable_dataset", "a dataset that spawn cannot pickle"),
+    "worker_exception": "a Python exception in a worker",
+    "oom_killed": "a worker killed over its memory budget",
+    "native_crash": "a segfault in a worker",
+    "shm_exhausted": "a full /dev/shm (a private 8 MiB one)",
+    "fd_limit": "the open-files limit (128)",
+    "hang": "a hang, stopped by a 5 s time limit",
+    "unpicklable_dataset": "a dataset that spawn cannot pickle",
 }
+#: RunOptions fields changed for a shorter run
+_SHORTER = {"hang": {"timeout": 5.0, "stall": None}}
 
 #: what each notebook needs: requirement keys (see ``_REQUIREMENTS``) and families it reproduces
 NOTEBOOKS = {
@@ -97,7 +93,6 @@ class Verdict:
         return f"  {self.notebook:<25} {self.text}"
 
 
-# --------------------------------------------------------------------------- the torch build
 #: how to install the CPU wheel of the torch release that is there (PyTorch's own index of CPU wheels)
 CPU_WHEEL = "python -m pip install --force-reinstall 'torch=={release}' --index-url https://download.pytorch.org/whl/cpu"
 _GPU_PATHS = ("/proc/driver/nvidia/gpus/*", "/dev/nvidia[0-9]*")
@@ -134,11 +129,10 @@ def torch_build(torch_dir: Optional[str] = None, gpu: Optional[bool] = None) -> 
         return Step("torch_build", "OK", f"torch {version}: a CUDA {cuda} build, and an NVIDIA GPU is here",
                     data=data)
     site = os.path.dirname(torch_dir)
-    parts = [torch_dir] + sorted(glob.glob(os.path.join(site, "nvidia"))) + sorted(glob.glob(os.path.join(site,
-                                                                                                      "triton")))
+    parts = [torch_dir] + sorted(glob.glob(os.path.join(site, "nvidia")) + glob.glob(os.path.join(site, "triton")))
     mib = _disk_mib(parts)
     data["disk_mib"] = round(mib, 1)
-    size = f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.1f} MiB"
+    size = format_size(mib * 2**20)
     where = ", ".join(os.path.basename(p) for p in parts)
     release = version.split("+", 1)[0]
     return Step("torch_build", "WARN",
@@ -148,17 +142,16 @@ def torch_build(torch_dir: Optional[str] = None, gpu: Optional[bool] = None) -> 
                 f"packages `pip list` shows", data=data)
 
 
-# --------------------------------------------------------------------------- the reproductions
 def reproduce(family: str, run: Optional[Callable] = None) -> Step:
     """Run one family's broken scenario isolated and check that the diagnosis names its cause."""
-    fam = FAMILIES[family]
-    sc = get_scenario(fam.scenario)
-    options = replace(sc.broken_options, **dict(fam.overrides))
+    what = FAMILIES[family]
+    sc = get_scenario(family)
+    options = replace(sc.broken_options, **_SHORTER.get(family, {}))
     t0 = time.monotonic()
     try:
         result = (run or run_isolated)(file=sc.path("broken"), **options.kwargs())
     except Exception as exc:  # noqa: BLE001  a machine that cannot run it is the finding
-        return Step(family, "FAIL", f"{fam.what}: the run could not start: {type(exc).__name__}: {exc}",
+        return Step(family, "FAIL", f"{what}: the run could not start: {type(exc).__name__}: {exc}",
                     time.monotonic() - t0)
     seconds = time.monotonic() - t0
     launcher = (result.launcher or {}).get("kind") or "cold"
@@ -166,12 +159,12 @@ def reproduce(family: str, run: Optional[Callable] = None) -> Step:
     data = {"cause": result.cause, "outcome": result.outcome, "launcher": launcher, "enforced_by": enforced,
             "reason": result.reason}
     if result.outcome == "unsupported":
-        return Step(family, "SKIP", f"{fam.what}: unsupported here: {result.reason}", seconds, data)
+        return Step(family, "SKIP", f"{what}: unsupported here: {result.reason}", seconds, data)
     how = f"{launcher} run" + (f", budget enforced by the {enforced}" if enforced else "")
     if result.cause != sc.expected:
-        return Step(family, "FAIL", f"{fam.what}: diagnosed {result.cause!r}, expected {sc.expected!r} "
+        return Step(family, "FAIL", f"{what}: diagnosed {result.cause!r}, expected {sc.expected!r} "
                     f"({result.outcome}; {how})", seconds, data)
-    return Step(family, "OK", f"{fam.what}: diagnosed {result.cause} ({how})", seconds, data)
+    return Step(family, "OK", f"{what}: diagnosed {result.cause} ({how})", seconds, data)
 
 
 ROUND_TRIP = [
@@ -204,7 +197,6 @@ def kernel_round_trip(timeout: int = 120) -> Step:
                 time.monotonic() - t0)
 
 
-# --------------------------------------------------------------------------- what this machine has
 def _has_module(name: str) -> Optional[str]:
     return None if importlib.util.find_spec(name) is not None else f"the {name} package is not installed"
 
@@ -294,8 +286,8 @@ def _family_requirement(step: Optional[Step]) -> tuple:
         return "ok", ""
     if step.status == "SKIP":
         reason = step.data.get("reason") or step.detail
-        return "partly", f"{FAMILIES[step.name].what}, because {reason} {RECORDED}"
-    return "cannot", f"{FAMILIES[step.name].what} did not reproduce: {step.detail}"
+        return "partly", f"{FAMILIES[step.name]}, because {reason} {RECORDED}"
+    return "cannot", f"{FAMILIES[step.name]} did not reproduce: {step.detail}"
 
 
 def verdicts(ctx: dict) -> list:
@@ -335,7 +327,6 @@ def _torch_facts() -> tuple:
     return bool(torch.cuda.is_available()), gloo
 
 
-# --------------------------------------------------------------------------- the whole pre-flight
 @dataclass
 class PreflightReport:
     doctor: object

@@ -24,7 +24,6 @@ def run_scenario(scenario, which: str):
     return run_isolated(file=sc.path(which), **sc.options(which).kwargs())
 
 
-# =========================================================================== progress and table
 class _Progress:
     """A plain text progress bar on stderr (redrawn in place on a terminal, one line per step otherwise)."""
 

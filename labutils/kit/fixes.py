@@ -16,13 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from ..diagnosis.evidence import is_worker_death  # the lab's one detector, which the diagnosis uses too
-
-# the quarantine lives in its own module; its names stay importable from here (labutils.kit.fixes.X)
 from .quarantine import QuarantineDataset, QuarantinedBatch, QuarantineReport, Skipped, collate_skip
 
 __all__ = [
     "LazyFile",
-    "lazy_open",
     "PerWorkerResource",
     "Skipped",
     "QuarantinedBatch",
@@ -44,9 +41,6 @@ log = logging.getLogger(__name__)
 # the child: closing would flush a parent's write buffer twice, and the shared file offset belongs to the
 # parent. Forked DataLoader workers leave through os._exit, so nothing is finalised at exit either.
 _INHERITED: list = []
-
-
-# ------------------------------------------------------------------------------------ lazy handles
 
 
 class PerWorkerResource:
@@ -162,14 +156,6 @@ class LazyFile(PerWorkerResource):
         self.close()
 
 
-def lazy_open(path: str | os.PathLike, mode: str = "rb", **open_kwargs: Any) -> LazyFile:
-    """Return a :class:`LazyFile`: ``open()`` deferred to the first use in each process."""
-    return LazyFile(path, mode, **open_kwargs)
-
-
-# --------------------------------------------------------------------------------- worker_init_fn
-
-
 def worker_init_seed_and_faulthandler(worker_id: int) -> None:
     """A ``worker_init_fn``: seed ``random`` and numpy from ``torch.initial_seed()``, enable faulthandler.
 
@@ -244,21 +230,6 @@ def pet_watchdog() -> None:
     """Restart the dump timer armed by :func:`make_worker_init` (no-op when none is armed here)."""
     if _WATCHDOG_S is not None:
         faulthandler.dump_traceback_later(_WATCHDOG_S, repeat=True, file=_stderr_fd())
-
-
-# ---------------------------------------------------------------------------------- resilient loader
-
-class _ListBatchSampler:
-    """A batch sampler over a fixed list of index lists (the rest of an epoch)."""
-
-    def __init__(self, batches: list) -> None:
-        self.batches = batches
-
-    def __iter__(self) -> Iterator:
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
 
 
 @dataclass
@@ -345,7 +316,7 @@ class ResilientLoader:
             for key in ("prefetch_factor", "persistent_workers", "multiprocessing_context", "timeout"):
                 kwargs.pop(key, None)
         if auto_collation:
-            return DataLoader(self.dataset, batch_sampler=_ListBatchSampler(rest), **kwargs)
+            return DataLoader(self.dataset, batch_sampler=rest, **kwargs)
         return DataLoader(self.dataset, batch_size=None, sampler=rest, **kwargs)
 
     def __len__(self) -> int:

@@ -1,13 +1,10 @@
 """What a finished isolated run left behind, by identity: its own /dev/shm files, its own workers.
 
-The runner keeps a ledger of the /dev/shm names that are a run's own (``RunResult.shm_created``:
-semaphores its processes created, ``torch_<pid>_*`` segments of its verified pids) and removes the ones
-still there at its end (``shm_removed``). For a run whose processes all ended on their own, that list is
-what PyTorch and multiprocessing failed to clean up: it should be empty. A worker whose ending the runner
-could not record was killed by the runner's own clean-up, not shut down by PyTorch.
-
-This is not ``leftover_files`` (the files the runner failed to delete: empty whenever its ``unlink``
-works), and not a diff of the machine's /dev/shm (neighbours' files come and go there).
+The runner's ledger holds the /dev/shm names that are a run's own (``RunResult.shm_created``: semaphores its
+processes created, ``torch_<pid>_*`` segments of its verified pids) and the ones it removed at the run's end
+(``shm_removed``). For a run whose processes all ended on their own, what was still there is what PyTorch and
+multiprocessing failed to clean up. This is neither ``leftover_files`` (what the runner failed to delete) nor a
+diff of the machine's /dev/shm (neighbours' files come and go there).
 """
 
 from __future__ import annotations
@@ -20,17 +17,9 @@ NOTHING = {"files": [], "unended_workers": []}
 
 
 def left_behind(run) -> dict:
-    """``{"files": [...], "unended_workers": [...]}`` for one finished run.
-
-    ``files``: names of the run's own /dev/shm files (in its ledger) that were still there when all its
-    processes had ended: the ones the runner then removed, or failed to remove (``leftover_files``, less
-    the temporary folders it also lists).
-    ``unended_workers``: pids of its DataLoader workers with no recorded exit status (the runner had to
-    kill them, or one ended after the main process and nobody recorded how), except where PyTorch itself
-    left them: where its SIGCHLD handler raised inside multiprocessing's exit handler
-    (:data:`~labutils.diagnosis.messages.EXIT_JOIN_RAISED` in the run's stderr), the workers not yet joined
-    outlive the main process under python too (the lab stops those still running: ``stopped_by_lab``).
-    """
+    """``{"files": [...], "unended_workers": [...]}`` for one finished run: its own /dev/shm files still there
+    when all its processes had ended (removed by the runner then, or not: ``leftover_files`` less the temporary
+    folders), and the pids of :func:`unended` workers."""
     created = set(getattr(run, "shm_created", []) or [])
     removed = set(getattr(run, "shm_removed", []) or [])
     failed = {n for n in getattr(run, "leftover_files", []) or [] if "/" not in n}  # not the temp folders
@@ -41,8 +30,11 @@ def left_behind(run) -> dict:
 
 
 def unended(run, workers=None) -> list:
-    """The :class:`ProcessInfo` of ``run``'s DataLoader workers (or of ``workers``) with no exit status of
-    their own that PyTorch's exit does not explain (see :func:`left_behind`)."""
+    """``run``'s DataLoader workers (or ``workers``) with no recorded exit status: the runner had to kill them,
+    or one ended after the main process unrecorded. None where PyTorch itself left them: its SIGCHLD handler
+    raised inside multiprocessing's exit handler (:data:`~labutils.diagnosis.messages.EXIT_JOIN_RAISED` in the
+    run's stderr), and the workers not yet joined outlive the main process under plain python too (the lab
+    stops those still running: ``stopped_by_lab``)."""
     if workers is None:
         workers = [w for w in getattr(run, "workers", []) or [] if w.role == "dataloader_worker"]
     pytorch_left_them = EXIT_JOIN_RAISED.search(getattr(run, "stderr", "") or "") is not None

@@ -22,7 +22,6 @@ def run_start_method(result) -> Optional[str]:
     return None
 
 
-# --------------------------------------------------------------------------- worker memory, batch by batch
 # Used as a DataLoader's worker_init_fn and collate_fn (notebook 04): each worker measures itself when it
 # starts and after reading the samples of each batch, and the numbers travel to the main process with
 # the batch. Module-level functions, so spawn and forkserver workers can import them.
@@ -69,7 +68,6 @@ def run_batches(loader, batches: int, key: str = "mem") -> dict:
     return record
 
 
-# --------------------------------------------------------------------------- what a run left behind
 def shm_left(run, prefixes: tuple = ("torch_", "sem.mp-")) -> list:
     """The run's own ``/dev/shm`` files that PyTorch and multiprocessing left for the runner to unlink
     (:func:`labutils.kit.leftovers.left_behind`'s ``files`` starting with ``prefixes``); ``[]`` after a clean run."""
@@ -96,7 +94,6 @@ def crashed_workers(run) -> list:
             if w.exitcode not in (0, -signal.SIGTERM) and w.pid not in left_by_pytorch]
 
 
-# --------------------------------------------------------------------------- echoes of a death
 def echoes(run) -> list:
     """The exceptions of ``run``'s chain raised while fetching a batch from a worker that had died: echoes
     of its death, never its reason (notebook 01; :func:`labutils.diagnosis.messages.is_echo_traceback`)."""

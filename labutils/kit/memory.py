@@ -46,4 +46,3 @@ def total_extra(run, key: str = "mem") -> list:
 def workers_pss(run, key: str = "mem") -> float:
     """The workers' PSS summed at their last report, in MiB (PSS adds up across processes)."""
     return sum(r["pss"] for r in last_reports(run, key)) / MiB
-

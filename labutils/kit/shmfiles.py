@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-SHM_PATH = "/dev/shm"
+from ..machine.probes import SHM_PATH
 
 
 def shm_root(path: str = SHM_PATH) -> tuple:

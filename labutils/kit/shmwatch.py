@@ -13,6 +13,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ..machine.doctor import in_flight_rule  # noqa: F401 - the lessons import it here
+from ..machine.probes import shm_usage, shm_used
 from ..runner import isolate, startmethod
 from ..runner.ownership import torch_segment_pid
 from ..runner.sizes import format_size
@@ -48,24 +50,6 @@ def why_unsupported(path: str = SHM_PATH) -> Optional[str]:
 def supported(path: str = SHM_PATH) -> bool:
     """Whether the meters of this module work on ``path`` here (see :func:`why_unsupported`)."""
     return why_unsupported(path) is None
-
-
-def shm_used(path: str = SHM_PATH) -> int:
-    """Bytes in use on the filesystem holding ``path`` (``statvfs``: blocks minus free blocks)."""
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
-
-
-def shm_free(path: str = SHM_PATH) -> int:
-    """Bytes an unprivileged process can still allocate on the filesystem holding ``path``."""
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def shm_total(path: str = SHM_PATH) -> int:
-    """Size of the filesystem holding ``path`` in bytes."""
-    st = os.statvfs(path)
-    return st.f_blocks * st.f_frsize
 
 
 class PollingMeter(threading.Thread):
@@ -149,12 +133,6 @@ class PeakMeter(PollingMeter):
         if not self.supported:
             return f"PeakMeter({self.path}): unsupported - {self.reason}"
         return f"PeakMeter({self.path}): peak {format_size(self.peak)} in {self.samples} samples"
-
-
-def in_flight_rule(batch_bytes: int, num_workers: int, prefetch_factor: int) -> int:
-    """Bytes of /dev/shm a loader can hold at its worst: ``prefetch_factor x num_workers`` batches that the
-    workers have ready or are building, plus 2 in the main process (the loop's batch and the next one)."""
-    return batch_bytes * (num_workers * prefetch_factor + 2)
 
 
 def try_config(
@@ -280,11 +258,11 @@ def plan(
         if prefix is not None:
             return ShmPlan("private", "this machine allows a private mount namespace", LESSON_SHM,
                            LESSON_SHM, LESSON_SAMPLE)
-    try:
-        total, free = shm_total(path), shm_free(path)
-    except (OSError, AttributeError):
+    usage = shm_usage(path)
+    if usage is None:
         return ShmPlan("recorded", f"no private /dev/shm ({reason}) and no {path} here", 0, 0,
                        LESSON_SAMPLE, facts={**facts, "refused": reason})
+    total, free = usage
     if total <= small:
         return ShmPlan("real", f"no private /dev/shm ({reason}); {path} is small "
                        f"({format_size(total)} <= {format_size(small)}), as in a container",

@@ -1,6 +1,6 @@
-"""Loader throughput and epoch-start cost, measured the same way everywhere (notebook 10): :func:`time_epochs`,
-:class:`SetThreads`, :func:`preload_forkserver`, and :func:`interleaved` (competing variants in turns, so that
-a noisy, shared machine slows all of them alike). Results are JSON-able; torch is imported only when used.
+"""Loader throughput and epoch-start cost, measured the same way everywhere (notebooks 10 and 10b):
+:func:`time_epochs`, :class:`SetThreads`, :func:`preload_forkserver`. Results are JSON-able; torch is imported
+only when used.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..runner.startmethod import current
 
-__all__ = ["SetThreads", "batch_len", "interleaved", "median", "preload_forkserver", "ratio", "time_epochs"]
+__all__ = ["SetThreads", "batch_len", "median", "preload_forkserver", "time_epochs"]
 
 
 def batch_len(batch: Any) -> int:
@@ -127,34 +127,9 @@ def preload_forkserver(modules: Sequence[str] = ("torch",), start: bool = True) 
     return time.perf_counter() - t0
 
 
-def interleaved(variants: Mapping[str, Callable[[], float]], repeats: int = 3) -> dict:
-    """Call each variant ``repeats`` times in turns (a, b, c, a, b, c, ...); ``{name: [values...]}``.
-
-    Each callable returns one measurement (samples/s, say). Taking turns spreads a neighbour's load over
-    all variants instead of loading one of them.
-    """
-    if not variants:
-        raise ValueError("give at least one variant")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a whole number of at least 1, not {repeats!r}")
-    out: dict = {name: [] for name in variants}
-    for _ in range(repeats):
-        for name, fn in variants.items():
-            out[name].append(float(fn()))
-    return out
-
-
 def median(values: Sequence[float]) -> float:
     """The median of the measurements that are not None."""
     kept = [v for v in values if v is not None]
     if not kept:
         raise ValueError("no measurement to take the median of")
     return float(statistics.median(kept))
-
-
-def ratio(numerator: Sequence[float], denominator: Sequence[float]) -> float:
-    """``median(numerator) / median(denominator)``: e.g. robust samples/s over bare samples/s."""
-    bottom = median(denominator)
-    if bottom == 0:
-        raise ValueError("the denominator's median is 0")
-    return median(numerator) / bottom

@@ -1,5 +1,5 @@
-"""The interactive lab: the widget (``widget``), the live chart (``live``), ``%%isolate`` (``magic``) and
-the tour of scenarios (``tour``).
+"""The interactive lab: the widget (``widget``), the live chart (``live``, ``chart``), ``%%isolate`` (``magic``)
+and the result card (``card``).
 
 ``labutils.lab`` is this package and also the call that opens the lab: ``labutils.lab()`` shows the
 widget. The module is made callable so that the public call kept its name when the lab got a folder;

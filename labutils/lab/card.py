@@ -121,8 +121,3 @@ class Card:
 
     def __repr__(self) -> str:
         return str(self)
-
-
-def register(ipython) -> None:
-    """Show every RunResult as its card in this IPython session (``display(result)`` and a cell's value)."""
-    ipython.display_formatter.formatters["text/html"].for_type(RunResult, card_html)

@@ -101,7 +101,6 @@ class LiveChart:
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------------ runs
     def start(self, title: str = "", limits: Optional[dict] = None, overlay: bool = False) -> LiveRecorder:
         """A fresh recorder drawn from now on; ``limits`` = {memory_budget, nofile, shm_size} of the run."""
         self.stop()
@@ -150,7 +149,6 @@ class LiveChart:
         """The last run as a PNG (matplotlib), for export and for places without a browser."""
         return render_png(self.recorder or LiveRecorder(), self.title, running=False)
 
-    # ------------------------------------------------------------------ drawing
     def draw(self, running: bool) -> None:
         """Push every run's data to the marks (one update); a failure is shown, never raised."""
         with self._lock:

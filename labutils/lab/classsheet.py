@@ -100,7 +100,6 @@ class ClassReport:
     numbers: list = field(default_factory=list)  # (learner, scenario, what, predicted, observed)
     attempts: list = field(default_factory=list)
 
-    # ------------------------------------------------------------------ the parts
     def confusion(self) -> Counter:
         """``{(actual scenario, predicted cause): count}`` over the revealed, scored predictions."""
         return Counter((p["scenario"], p["predicted"] or "unknown") for p in self.predictions)
@@ -143,7 +142,6 @@ class ClassReport:
             out.append((cid, top, who, len({a["learner"] for a in done})))
         return out
 
-    # ------------------------------------------------------------------ the screen
     def text(self) -> str:
         lines = [f"Class sheet: {len(self.learners)} learners from {len(self.files)} files, "
                  f"{len(self.predictions)} revealed predictions"

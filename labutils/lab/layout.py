@@ -13,6 +13,12 @@ from .paste import paste_panel
 __all__ = ["build_layout", "build_widgets"]
 
 _WIDE = {"description_width": "initial"}
+#: the CSS class of each widget of the lab, by its attribute
+_CSS = {"scenario": "lab-case", "setup": "lab-setup", "prediction": "lab-prediction",
+        "guess_batches": "lab-guess-batches", "learner": "lab-learner", "button": "lab-run",
+        "reveal_button": "lab-reveal-button", "compare_button": "lab-compare", "status": "lab-status",
+        "verdict": "lab-verdict", "code": "lab-code", "printed": "lab-printed", "output": "lab-card",
+        "user_code": "lab-user-code", "user_button": "lab-run-mine", "try_button": "lab-try", "score": "lab-score"}
 
 
 def _knobs(ui, w, sharing) -> None:
@@ -43,54 +49,39 @@ def build_widgets(ui, prediction_options: list, sharing: tuple) -> None:
 
     wide = w.Layout(width="95%")
     ui.scenario = w.Dropdown(description="Case", layout=w.Layout(width="60%"), style=_WIDE)
-    ui.scenario.add_class("lab-case")
     ui.which = w.ToggleButtons(options=["broken", "fixed"], value="broken", description="Version", style=_WIDE)
     ui.setup = w.HTML()
-    ui.setup.add_class("lab-setup")
     _knobs(ui, w, sharing)
     ui.prediction = w.Dropdown(options=prediction_options, description="My prediction", style=_WIDE,
                                layout=w.Layout(width="95%"))
-    ui.prediction.add_class("lab-prediction")
     ui.guess_batches = w.Text(value="", placeholder="optional", description="Batches delivered before it ends",
                               style=_WIDE)
     ui.guess_shm = w.Text(value="", placeholder="optional", description="/dev/shm peak (MiB)", style=_WIDE)
-    ui.guess_batches.add_class("lab-guess-batches")
     ui.learner = w.Text(value="", placeholder="your name (deals your cases)", description="Name", style=_WIDE)
-    ui.learner.add_class("lab-learner")
     ui.show_code = w.Checkbox(value=False, description="Show the script", style=_WIDE)
     ui.button = w.Button(description="Run", button_style="primary", icon="play")
-    ui.button.add_class("lab-run")
     ui.reveal_button = w.Button(description="Reveal", icon="eye", disabled=True)
-    ui.reveal_button.add_class("lab-reveal-button")
     ui.compare_button = w.Button(description="Broken vs fixed", icon="columns", layout=w.Layout(width="auto"))
-    ui.compare_button.add_class("lab-compare")
     ui.status = w.HTML()
-    ui.status.add_class("lab-status")
     ui.verdict = w.HTML()
-    ui.verdict.add_class("lab-verdict")
     ui.code, ui.printed, ui.output, ui.compare = w.Output(), w.Output(), w.Output(), w.Output()
-    ui.code.add_class("lab-code")
-    ui.printed.add_class("lab-printed")
-    ui.output.add_class("lab-card")
     ui.live = LiveChart()
     ui.user_code = w.Textarea(value="", placeholder="paste a script with a Dataset and a DataLoader loop",
                               layout=w.Layout(width="95%", height="220px"))
-    ui.user_code.add_class("lab-user-code")
     ui.user_path = w.Text(value="", placeholder="or the path of a .py file", description="File", layout=wide,
                           style=_WIDE)
     ui.user_button = w.Button(description="Run my code", button_style="primary", icon="play",
                               layout=w.Layout(width="auto"))
-    ui.user_button.add_class("lab-run-mine")
     ui.challenge = w.Dropdown(options=[(f"Challenge {i + 1}", cid) for i, cid in enumerate(CHALLENGES)],
                               description="Challenge", style=_WIDE)
     ui.challenge_text = w.HTML()
     ui.try_button = w.Button(description="Try", icon="flag-checkered", layout=w.Layout(width="auto"))
-    ui.try_button.add_class("lab-try")
     ui.score = w.HTML()
-    ui.score.add_class("lab-score")
     ui.export_path = w.Text(value="lab_answers_anonymous.csv", description="Export to", style=_WIDE,
                             layout=w.Layout(width="60%"))
     ui.export_button = w.Button(description="Export the sheet", icon="download", layout=w.Layout(width="auto"))
+    for name, css in _CSS.items():  # what the browser tests and the page's style find
+        getattr(ui, name).add_class(css)
 
 
 def build_layout(ui) -> None:

@@ -7,11 +7,11 @@ chart is :class:`labutils.lab.chart.LiveChart`, fed by the same recorder.
 from __future__ import annotations
 
 import io
-import os
 import threading
 import time
 from typing import Optional
 
+from ..machine.probes import shm_used
 from ..runner.result import signal_name
 
 __all__ = ["LiveRecorder", "death_text", "render_png"]
@@ -37,10 +37,9 @@ def death_text(event: dict, label: str = "") -> str:
 def _tmpfs_used(pid) -> Optional[int]:
     """Bytes in use on /dev/shm as process ``pid`` sees it (its own mount namespace), or None."""
     try:
-        st = os.statvfs(f"/proc/{int(pid)}/root/dev/shm")
+        return shm_used(f"/proc/{int(pid)}/root/dev/shm")
     except (OSError, TypeError, ValueError):
         return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 class LiveRecorder:
@@ -58,7 +57,6 @@ class LiveRecorder:
         self._names: dict = {}
         self._workers = 0
 
-    # ------------------------------------------------------------------ listeners (monitor thread)
     def on_sample(self, sample: dict) -> None:
         now = time.time()
         with self._lock:
@@ -92,7 +90,6 @@ class LiveRecorder:
                 self._names[pid] = f"{rec.get('name') or 'process'} {pid}"
         return self._names[pid]
 
-    # ------------------------------------------------------------------ views (any thread)
     def snapshot(self) -> dict:
         """``{"series": {label: {t, rss, uss, fds, shm}}, "batches": (t, n), "deaths": [(t, text)]}``."""
         with self._lock:

@@ -64,9 +64,7 @@ def isolate_cell(line: str, cell: str, user_ns: dict):
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register ``%%isolate`` and show every RunResult as the lab's card (called by ``%load_ext labutils``)."""
-    card.register(ipython)
-
+    """Register ``%%isolate`` (called by ``%load_ext labutils``)."""
     def isolate(line, cell):
         from IPython.core.error import UsageError
 

@@ -105,7 +105,6 @@ class LabUI:
         self._on_scenario()
         self._render_score()
 
-    # ----------------------------------------------------------------- cases, scenario and knobs
     def _scenario_options(self) -> list:
         if self.mystery:
             return [(case, case) for case in self.deal.cases]
@@ -246,7 +245,6 @@ class LabUI:
                 "shm_size": lambda: self.shm_size.value.strip() or None, "nofile": self._nofile}
         return {name: read[name]() for name in names if name in read}
 
-    # ----------------------------------------------------------------- running
     @property
     def busy(self) -> bool:
         return self._run_lock.locked()
@@ -479,7 +477,6 @@ class LabUI:
         self.output.append_display_data(Card(result))
         return result
 
-    # ----------------------------------------------------------------- challenges
     def _challenge_case(self, ch) -> str:
         return self.deal.case_of(ch.scenario) if self.mystery else ch.scenario
 
@@ -538,7 +535,6 @@ class LabUI:
         self._render_score()
         return attempt
 
-    # ----------------------------------------------------------------- the class sheet
     @property
     def answers(self) -> list:
         return self.sheet.answers

@@ -8,9 +8,12 @@ default context, CUDA is inspected without being initialised, and no worker is s
 from __future__ import annotations
 
 import argparse
+import configparser
+import glob
 import html
 import json
 import multiprocessing
+import os
 import platform
 import sys
 import time
@@ -30,7 +33,6 @@ _RANK = {"OK": 0, "WARN": 1, "FAIL": 2}
 SHM_WARN_TOTAL = 1 * GiB  # below this /dev/shm is "small" (Docker's default is 64 MiB)
 NOFILE_WARN_SOFT = 4096
 MEM_WARN_AVAILABLE = 2 * GiB
-SHM_PATH = probes.SHM_PATH
 
 
 @dataclass
@@ -107,9 +109,6 @@ class DoctorReport:
         )
 
 
-# ------------------------------------------------------------------------------------------------ checks
-
-
 def _check_python() -> CheckResult:
     v = sys.version_info
     detail = f"Python {platform.python_version()} ({platform.python_implementation()}) on {sys.platform}"
@@ -124,7 +123,6 @@ def _check_torch(info: probes.TorchInfo) -> CheckResult:
             "torch", "FAIL", f"cannot import torch ({info.error})",
             "install it: pip install -r requirements.txt (or the wheel for your platform from pytorch.org)",
         )
-    build = f"CUDA {info.cuda}" if info.cuda else "CPU-only build"
     if info.module is None:
         how = "not imported here; read from its version.py"
     elif info.import_s:
@@ -135,7 +133,7 @@ def _check_torch(info: probes.TorchInfo) -> CheckResult:
     if info.version is None:
         return CheckResult("torch", "WARN", f"torch installed at {info.location} but its version is unknown "
                            f"({how})", "reinstall torch: pip install -r requirements.txt", data=data)
-    return CheckResult("torch", "OK", f"torch {info.version} ({build}; {how})", data=data)
+    return CheckResult("torch", "OK", f"torch {info.version} ({info.build}; {how})", data=data)
 
 
 _MEANING = {
@@ -194,13 +192,13 @@ def _check_shm(probe: Optional[tuple]) -> CheckResult:
         return CheckResult("shm", "OK", "Windows has no /dev/shm: tensors are shared through file mappings")
     if probe is None:
         return CheckResult(
-            "shm", "FAIL", f"{SHM_PATH} is missing: workers cannot hand tensors to the main process",
+            "shm", "FAIL", f"{probes.SHM_PATH} is missing: workers cannot hand tensors to the main process",
             "mount a tmpfs there (`mount -t tmpfs -o size=2g tmpfs /dev/shm`), or in Docker run with "
             "--shm-size=2g or --ipc=host",
         )
     total, free = probe
     data = {"total_bytes": total, "free_bytes": free}
-    detail = f"{SHM_PATH}: {format_size(total)} total, {format_size(free)} free"
+    detail = probes.shm_line(probe)
     if total < SHM_WARN_TOTAL:
         return CheckResult(
             "shm", "WARN", f"{detail} (small: Docker's default is 64 MiB)",
@@ -211,18 +209,23 @@ def _check_shm(probe: Optional[tuple]) -> CheckResult:
     return CheckResult("shm", "OK", detail, data=data)
 
 
+def in_flight_rule(batch_bytes: int, num_workers: int, prefetch_factor: int) -> int:
+    """Bytes of /dev/shm a loader can hold at its worst: ``prefetch_factor x num_workers`` batches that the
+    workers have ready or are building, plus 2 in the main process (the loop's batch and the next one);
+    notebook 05 measures it."""
+    return batch_bytes * (num_workers * prefetch_factor + 2)
+
+
 def shm_budget(
     batch_bytes: int | str,
     prefetch_factor: int = 2,
     num_workers: int = 1,
     free_shm: int | str | None = None,
 ) -> CheckResult:
-    """Compare the /dev/shm a loader holds in flight with its free space (measured when ``free_shm`` is None).
+    """Compare :func:`in_flight_rule` with the free /dev/shm (measured when ``free_shm`` is None).
 
-    The estimate is :func:`labutils.kit.shmwatch.in_flight_rule`: ``batch_bytes x (prefetch_factor x
-    num_workers + 2)`` (each worker's prefetched batches, plus the loop's batch and the next one; notebook 05
-    measures it). ``batch_bytes`` is an int or a size like ``"12M"``. FAIL when the estimate exceeds the free
-    space, WARN above half of it; ``data`` holds ``estimate_bytes``, ``free_bytes`` and ``fraction``.
+    ``batch_bytes`` is an int or a size like ``"12M"``. FAIL when the estimate exceeds the free space, WARN
+    above half of it; ``data`` holds ``estimate_bytes``, ``free_bytes`` and ``fraction``.
     """
     batch = parse_size(batch_bytes)
     if prefetch_factor < 1:
@@ -232,13 +235,12 @@ def shm_budget(
     if free_shm is None:
         probe = probes.shm_usage()
         if probe is None:
-            return CheckResult("shm_budget", "WARN", f"cannot measure {SHM_PATH} (missing or not Linux)",
+            return CheckResult("shm_budget", "WARN", f"cannot measure {probes.SHM_PATH} (missing or not Linux)",
                                "check the shm line above", data={"estimate_bytes": None})
         free = probe[1]
     else:
         free = parse_size(free_shm)
-    in_flight = prefetch_factor * num_workers + 2 if num_workers else 0
-    estimate = batch * in_flight
+    estimate = in_flight_rule(batch, num_workers, prefetch_factor) if num_workers else 0
     fraction = estimate / free if free else (None if estimate else 0.0)  # None: no free space at all
     data = {"estimate_bytes": estimate, "free_bytes": free, "fraction": fraction,
             "batch_bytes": batch, "prefetch_factor": prefetch_factor, "num_workers": num_workers}
@@ -259,18 +261,14 @@ def shm_budget(
     return CheckResult("shm_budget", "OK", detail, data=data)
 
 
-def _check_nofile(num_workers: Optional[int]) -> CheckResult:
+def _check_nofile() -> CheckResult:
     limits = probes.nofile_limits()
     if limits is None:
         return CheckResult("nofile", "OK", "RLIMIT_NOFILE does not exist on this platform")
     (soft, hard), fds = limits, probes.open_fds()
     unlimited = probes.RLIM_INFINITY
-
-    def show(n: int) -> str:
-        return "unlimited" if n == unlimited else str(n)
-
     data = {"soft": soft, "hard": hard, "open_fds": fds}
-    detail = f"RLIMIT_NOFILE soft {show(soft)}, hard {show(hard)}; {fds if fds is not None else '?'} open now"
+    detail = f"{probes.NOFILE}: " + probes.nofile_line(limits, fds)
     advice = (
         "raise the soft limit: `ulimit -n 65536` in the shell that starts Jupyter/Python, or "
         "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard)) before creating the loader; or "
@@ -289,9 +287,7 @@ def _check_memory() -> CheckResult:
     limit, usage, version = probes.cgroup_memory()
     data = {"total_bytes": total, "available_bytes": available, "cgroup": version,
             "cgroup_limit_bytes": limit, "cgroup_usage_bytes": usage}
-    if total is None:
-        return CheckResult("memory", "OK", "memory size unknown (no psutil, no /proc/meminfo)", data=data)
-    detail = f"{format_size(total)} total, {format_size(available)} available"
+    detail = probes.memory_line(total, available)
     effective = available
     if limit is not None:
         room = limit - (usage or 0)
@@ -357,43 +353,25 @@ SYSTEM_UID_MAX = 999  # logind leaves system users' IPC alone (SYS_UID_MAX of lo
 
 def _removeipc_setting(main_conf: str, dropin_dirs: Sequence[str]) -> tuple:
     """``(value or None, files read, files unreadable)`` of logind's RemoveIPC=, later files winning."""
-    import glob
-    import os
-
-    files = [main_conf]
     dropins: dict = {}
     for d in dropin_dirs:  # a drop-in of the same name in a later directory replaces the earlier one
         for path in glob.glob(os.path.join(d, "*.conf")):
             dropins[os.path.basename(path)] = path
-    files += [dropins[name] for name in sorted(dropins)]
-    value, read, unreadable = None, [], []
-    for path in files:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except FileNotFoundError:
-            continue
-        except OSError:
-            unreadable.append(path)
-            continue
-        read.append(path)
-        section = None
-        for line in text.splitlines():
-            line = line.strip()
-            if line.startswith("[") and line.endswith("]"):
-                section = line[1:-1].strip()
-            elif section == "Login" and not line.startswith(("#", ";")) and "=" in line:
-                key, _, val = line.partition("=")
-                if key.strip() == "RemoveIPC":
-                    value = val.strip().lower()
-    return value, read, unreadable
+    files = [main_conf] + [dropins[name] for name in sorted(dropins)]
+    conf = configparser.ConfigParser(strict=False, interpolation=None, allow_no_value=True)
+    conf.optionxform = str  # systemd's keys are case-sensitive
+    try:
+        read = conf.read(files, encoding="utf-8")
+    except configparser.Error:
+        read = []
+    unreadable = [path for path in files if path not in read and os.path.exists(path)]
+    value = conf.get("Login", "RemoveIPC", fallback=None)
+    return (value.strip().lower() if value else None), read, unreadable
 
 
 def _check_removeipc(uid: Optional[int] = None, systemd_running: Optional[bool] = None,
                      main_conf: str = LOGIND_CONF, dropin_dirs: Sequence[str] = LOGIND_DROPINS) -> CheckResult:
     """Will systemd-logind delete this user's /dev/shm files and semaphores at their last logout?"""
-    import os
-
     if not sys.platform.startswith("linux"):
         return CheckResult("removeipc", "OK", "not Linux: no systemd-logind to remove your IPC at logout")
     if systemd_running is None:
@@ -459,14 +437,11 @@ def doctor(
         if num_workers is None:
             budget.detail += f" (num_workers not given: assumed {workers}, one per CPU)"
         checks.append(budget)
-    checks += [_check_nofile(num_workers), _check_memory(), _check_cpus(num_workers),
+    checks += [_check_nofile(), _check_memory(), _check_cpus(num_workers),
                _check_cuda(torch, method), _check_removeipc()]
     # the runner's capabilities: each tried once, and the fallback in use
     checks.append(CheckResult(**capabilities.doctor_check(runner_probes)))
     return DoctorReport(checks, time.perf_counter() - t0)
-
-
-# -------------------------------------------------------------------------------------------------- CLI
 
 
 def _size_arg(text: str) -> int:

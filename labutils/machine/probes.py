@@ -1,12 +1,7 @@
-"""Measurements of this machine and process that bear on DataLoader workers, in one place.
+"""Measurements of this machine and process that bear on DataLoader workers, and the one wording of each.
 
-Used by :mod:`labutils.machine.doctor` (the preflight) and :mod:`labutils.diagnosis.diagnose` (the evidence lines of a
-diagnosis) alike: /dev/shm size and free space, RLIMIT_NOFILE and open descriptors, memory and the
-cgroup limit, CPUs and the cgroup quota, the torch build (read from its files, without importing it),
-the default start method (without fixing the default context), whether ``__main__`` can be imported
-by a spawned child, the kernel's OOM-kill record, and who is likely to send SIGTERM here.
-
-Every probe is a small function that returns None (or an empty value) when it cannot measure, so that
+Used by :mod:`labutils.machine.doctor` (the preflight) and by a diagnosis's evidence lines
+(:func:`environment_lines`). Every probe returns None (or an empty value) when it cannot measure, so that
 tests can replace one measurement without touching the machine. Nothing here imports torch.
 """
 
@@ -24,11 +19,11 @@ from typing import Any, Iterable, Mapping, Optional
 import psutil
 
 from ..runner import cgroupfs, procfs, startmethod
+from ..runner.sizes import format_size
 
 SHM_PATH = "/dev/shm"
 
 
-# --------------------------------------------------------------------------- /dev/shm
 def shm_usage(path: str = SHM_PATH) -> Optional[tuple]:
     """(total_bytes, free_bytes) of the filesystem at ``path``; None when it does not exist."""
     try:
@@ -38,7 +33,18 @@ def shm_usage(path: str = SHM_PATH) -> Optional[tuple]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-# --------------------------------------------------------------------------- cgroups
+def shm_used(path: str = SHM_PATH) -> int:
+    """Bytes in use on the filesystem holding ``path`` (blocks minus free blocks); raises where it is absent."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def shm_line(usage: Optional[tuple]) -> str:
+    if usage is None:
+        return f"{SHM_PATH}: not present"
+    return f"{SHM_PATH}: {format_size(usage[0])} total, {format_size(usage[1])} free"
+
+
 def _own_file(controller: str, name: str) -> tuple:
     """``(text or None, "v1"/"v2"/None)`` of a file of this process's ``controller`` cgroup, found through
     the mounts as the runner finds it (labutils.runner.cgroupfs), so doctor and runner agree in a container."""
@@ -75,7 +81,6 @@ def cgroup_cpus() -> Optional[float]:
     return None
 
 
-# --------------------------------------------------------------------------- CPUs, fds, memory
 def cpu_count() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -97,6 +102,7 @@ try:
 except ImportError:  # not on Windows
     resource = None
 RLIM_INFINITY = getattr(resource, "RLIM_INFINITY", -1)
+NOFILE = "open-files limit (RLIMIT_NOFILE)"
 
 
 def nofile_limits() -> Optional[tuple]:
@@ -104,15 +110,9 @@ def nofile_limits() -> Optional[tuple]:
     return None if resource is None else resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-def meminfo() -> dict:
-    """/proc/meminfo in bytes (MemTotal, MemAvailable, ...); {} elsewhere."""
-    out = {}
-    for line in (cgroupfs.read_file("/proc/meminfo") or "").splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * 1024
-    return out
+def nofile_line(limits: tuple, fds: Optional[int] = None) -> str:
+    soft, hard = ("unlimited" if n == RLIM_INFINITY else str(n) for n in limits)
+    return f"soft {soft}, hard {hard}" + ("" if fds is None else f"; {fds} open now")
 
 
 def memory() -> tuple:
@@ -121,7 +121,10 @@ def memory() -> tuple:
     return vm.total, vm.available
 
 
-# --------------------------------------------------------------------------- start method and __main__
+def memory_line(total: int, available: int) -> str:
+    return f"{format_size(total)} total, {format_size(available)} available"
+
+
 def main_importable(main: Any = None) -> bool:
     """True when a spawn/forkserver child can re-import ``__main__``: it must be a real file.
 
@@ -133,7 +136,6 @@ def main_importable(main: Any = None) -> bool:
     return bool(path) and os.path.isfile(path)
 
 
-# --------------------------------------------------------------------------- torch build
 @dataclass
 class TorchInfo:
     module: Any = None  # the torch module when it is imported in this process
@@ -142,6 +144,10 @@ class TorchInfo:
     location: Optional[str] = None
     error: Optional[str] = None
     import_s: float = 0.0
+
+    @property
+    def build(self) -> str:
+        return f"CUDA {self.cuda}" if self.cuda else "CPU-only build"
 
 
 def read_torch_version_file(package_dir: str) -> dict:
@@ -202,27 +208,6 @@ def torch_info(import_torch: bool = False) -> TorchInfo:
     return TorchInfo(None, values.get("__version__"), values.get("cuda"), package_dir)
 
 
-# --------------------------------------------------------------------------- who kills processes here
-def dmesg_oom_lines(pids: Iterable[int], timeout: float = 2.0, since: Optional[float] = None) -> list:
-    """Kernel log lines that name one of ``pids`` as killed by the OOM killer (``[]`` if unreadable).
-
-    ``since`` (a ``time.time()``): only lines the kernel stamped after it. A pid number is reused, and the
-    kernel log keeps the kills of the machine's whole uptime: a line about an earlier process with the same
-    number is not about this one (a soak of the lab's notebooks found such a line for a SIGKILL of its own).
-    """
-    wanted = {int(p) for p in pids if p}
-    if not wanted or not sys.platform.startswith("linux"):
-        return []
-    try:
-        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if done.returncode != 0:
-        return []
-    boot = procfs.start_wall(0)  # when the machine booted, in time.time() terms: the zero of the log's stamps
-    return oom_lines_in(done.stdout, wanted, None if since is None else since - boot)
-
-
 _STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 
@@ -241,18 +226,30 @@ def oom_lines_in(text: str, wanted: set, since_boot: Optional[float] = None) -> 
     return lines
 
 
-def kernel_oom_record(pids: Iterable[int], since: Optional[float] = None) -> Optional[dict]:
-    """The kernel's record of an OOM kill of one of ``pids``, read now: dmesg lines naming the pid, stamped
-    after ``since`` where it is given (see :func:`dmesg_oom_lines`).
+def kernel_oom_record(pids: Iterable[int], since: Optional[float] = None, timeout: float = 2.0) -> Optional[dict]:
+    """The kernel's record of an OOM kill of one of ``pids``, read now: the dmesg lines that name the pid,
+    stamped after ``since`` (a ``time.time()``) where it is given; None when there are none or dmesg is closed.
 
-    (The counter of this process's own cgroup is not enough on its own: it counts kills of any process
-    of the cgroup, at any time. The runner reads its run's child cgroup, which is specific.)
+    A pid number is reused, and the kernel log keeps the kills of the machine's whole uptime: a line about an
+    earlier process with the same number is not about this one (a soak of the lab's notebooks found such a line
+    for a SIGKILL of its own). The counter of this process's own cgroup is no record either: it counts kills of
+    any process of the cgroup, at any time (the runner reads its run's child cgroup, which is specific).
     """
     pids = list(pids)
-    lines = dmesg_oom_lines(pids, since=since)
-    if lines:
-        return {"source": "dmesg", "lines": lines[:3], "pids": pids}
-    return None
+    wanted = {int(p) for p in pids if p}
+    if not wanted or not sys.platform.startswith("linux"):
+        return None
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    boot = procfs.start_wall(0)  # when the machine booted, in time.time() terms: the zero of the log's stamps
+    lines = oom_lines_in(done.stdout, wanted, None if since is None else since - boot)
+    if not lines:
+        return None
+    return {"source": "dmesg", "lines": lines[:3], "pids": pids}
 
 
 #: Environment variables that name a scheduler or launcher which stops processes with SIGTERM.
@@ -279,20 +276,14 @@ def sigterm_senders(env: Optional[Mapping[str, str]] = None) -> list:
     return found
 
 
-# --------------------------------------------------------------------------- the lines a diagnosis shows
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.0f} MiB" if n < 2**30 * 10 else f"{n / 2**30:.1f} GiB"
-
-
 def environment_lines(options: Optional[dict] = None, iters: Optional[list] = None, live: bool = False) -> list:
-    """Short lines about this machine (and a run's limits) that bear on DataLoader failures."""
+    """Short lines about this machine (and a run's limits) that bear on DataLoader failures, worded as the
+    doctor words them."""
     options = options or {}
-    lines = []
     info = torch_info(False)
     py = ".".join(map(str, sys.version_info[:3]))
-    ver = info.version
-    lines.append(f"python {py}; torch {ver or 'not installed'}"
-                 + ("" if ver is None else f" ({'CUDA ' + info.cuda if info.cuda else 'CPU-only build'})"))
+    build = f"torch {info.version} ({info.build})" if info.version else "torch not installed"
+    lines = [f"python {py}; {build}"]
     methods = sorted({it.get("start_method") for it in iters or [] if it.get("start_method")})
     if methods:
         sm = f"start method used by the DataLoader: {', '.join(methods)}"
@@ -308,29 +299,18 @@ def environment_lines(options: Optional[dict] = None, iters: Optional[list] = No
         if parts:
             lines.append("DataLoader: " + ", ".join(parts))
     if options.get("shm_size"):
-        lines.append(f"/dev/shm of the run: a private tmpfs of {_mib(options['shm_size'])}")
+        lines.append(f"/dev/shm of the run: a private tmpfs of {format_size(options['shm_size'])}")
     else:
-        shm = shm_usage()
-        lines.append(f"/dev/shm: {_mib(shm[1])} free of {_mib(shm[0])}" if shm else "/dev/shm: not present")
+        lines.append(shm_line(shm_usage()))
     limits = nofile_limits()
-    if limits:
-        soft, hard = limits
-        hard_s = "unlimited" if hard == RLIM_INFINITY else str(hard)
-        if options.get("nofile"):
-            lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {soft}/{hard_s})")
-        else:
-            fds = ""
-            if live:
-                n = open_fds()
-                fds = f", {n} open now" if n is not None else ""
-            lines.append(f"open-files limit (RLIMIT_NOFILE): soft {soft}, hard {hard_s}{fds}")
-    mem = meminfo()
-    budget = options.get("memory_budget")
-    if mem.get("MemAvailable"):
-        line = f"memory available: {_mib(mem['MemAvailable'])} of {_mib(mem.get('MemTotal', 0))}"
-        if budget:
-            line += f"; run's memory budget: {_mib(budget)}"
-        lines.append(line)
+    if limits and options.get("nofile"):
+        lines.append(f"open-files limit of the run: {options['nofile']} (this shell: {nofile_line(limits)})")
+    elif limits:
+        lines.append(f"{NOFILE}: " + nofile_line(limits, open_fds() if live else None))
+    line = "memory: " + memory_line(*memory())
+    if options.get("memory_budget"):
+        line += f"; run's memory budget: {format_size(options['memory_budget'])}"
+    lines.append(line)
     if live:
         if not main_importable():
             lines.append("this __main__ has no file a new process could import (notebook, stdin or -c): "
