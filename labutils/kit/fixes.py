@@ -242,6 +242,19 @@ class RestartEvent:
     num_workers: int  # of the new loader
 
 
+def _shut_down(iterator: Any) -> Optional[BaseException]:
+    """Stops ``iterator``'s workers (best effort: they may be gone already); returns what the shut-down raised,
+    which can be PyTorch's SIGCHLD report of a worker's death arriving before the shut-down unregistered it."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is None:
+        return None
+    try:
+        shutdown()
+    except Exception as exc:  # noqa: BLE001 - kept for the caller to judge
+        return exc
+    return None
+
+
 class ResilientLoader:
     """Iterate a map-style dataset like a DataLoader; when a worker dies, rebuild and resume.
 
@@ -330,30 +343,30 @@ class ResilientLoader:
         restarts_this_epoch = 0
         while True:
             iterator = iter(self._loader(batches[delivered:], auto, num_workers))
+            late = failure = None
             try:
-                for batch in iterator:
-                    delivered += 1
-                    yield batch
-                return
-            except Exception as exc:
-                if not is_worker_death(exc) or restarts_this_epoch >= self.max_restarts:
-                    raise
-                restarts_this_epoch += 1
-                self.restarts += 1
-                if self.fallback_num_workers is not None:
-                    num_workers = self.fallback_num_workers
-                event = RestartEvent(epoch, delivered, f"{type(exc).__name__}: {exc}", num_workers)
-                self.events.append(event)
-                if self.on_restart is not None:
-                    self.on_restart(event)
-                else:
-                    log.warning("DataLoader worker died at batch %d of epoch %d (%s); restarting with "
-                                "num_workers=%d", delivered, epoch, event.error, num_workers)
-            finally:
-                shutdown = getattr(iterator, "_shutdown_workers", None)
-                if shutdown is not None:
-                    try:
-                        shutdown()
-                    except Exception:  # noqa: BLE001 - best effort: the workers may be gone already
-                        pass
-                del iterator
+                try:
+                    for batch in iterator:
+                        delivered += 1
+                        yield batch
+                    return
+                finally:
+                    late = _shut_down(iterator)
+                    del iterator
+            except Exception as exc:  # judged after the shut-down, once PyTorch's SIGCHLD handler is quiet
+                failure = late if late is not None and is_worker_death(late) else exc  # a death's own report
+                if not is_worker_death(failure) or restarts_this_epoch >= self.max_restarts:
+                    if failure is exc:
+                        raise
+                    raise failure from exc  # the death's report, after the echo the loop met
+            restarts_this_epoch += 1
+            self.restarts += 1
+            if self.fallback_num_workers is not None:
+                num_workers = self.fallback_num_workers
+            event = RestartEvent(epoch, delivered, f"{type(failure).__name__}: {failure}", num_workers)
+            self.events.append(event)
+            if self.on_restart is not None:
+                self.on_restart(event)
+            else:
+                log.warning("DataLoader worker died at batch %d of epoch %d (%s); restarting with "
+                            "num_workers=%d", delivered, epoch, event.error, num_workers)
