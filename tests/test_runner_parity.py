@@ -26,11 +26,7 @@ _TRACKER = ("the resource tracker prints its leak warning after the main process
             "clean-up can stop it first on a loaded machine")
 KNOWN = {("atexit_before_multiprocessing", "forkserver", None): _FORK_SERVER_EXIT,
          ("loader_atexit_checkpoint", "forkserver", None): _FORK_SERVER_EXIT,
-         ("shared_memory_leak", None, None): _TRACKER, ("semaphore_leak_os_exit", None, None): _TRACKER,
-         ("loader_workers_alive", "spawn", "warm"): (
-             "at exit multiprocessing's handler stops the live workers; a spawn worker still starting dies of "
-             "that SIGTERM and PyTorch's SIGCHLD handler raises inside the join ('Exception ignored in atexit "
-             "callback'): a race of python and torch (labutils/README), seen in lab runs on a loaded machine")}
+         ("shared_memory_leak", None, None): _TRACKER, ("semaphore_leak_os_exit", None, None): _TRACKER}
 
 
 def _known(request, case, method, launcher) -> None:
