@@ -111,4 +111,6 @@ if startmethod.requested():
     if _SHELL is not None:
         startmethod.apply_requested()
     elif _started_by_a_run():  # a script as __main__, as in the bootstrap: 3.14's fork server would preload it
-        startmethod.apply_requested(emulate_preload=True)
+        from .runner.child import when_imported
+
+        startmethod.apply_requested(emulate_preload=when_imported)

@@ -209,6 +209,17 @@ def test_the_forkserver_switch_preloads_the_script_once_as_python_3_14_does(tmp_
     assert len(bodies) == (2 if startmethod.forkserver_preloads_main() else 1 + len(workers)), pinned.stdout
 
 
+def test_the_forkserver_switch_leaves_multiprocessing_util_to_the_script():
+    # multiprocessing.util registers the exit handler that joins a script's children as it is imported; had
+    # the switch imported it, that handler would run after the script's own, not before as under python
+    # (tests/parity/atexit_before_multiprocessing.py). The fork server is patched as the script imports it.
+    code = ("import sys; print('multiprocessing.util' in sys.modules); "
+            "import multiprocessing.forkserver as f; print(f.ForkServer.ensure_running._labutils_main_preload)")
+    run = labutils.run_isolated(code=code, launcher="cold", env={startmethod.ENV: "forkserver"}, timeout=120)
+    assert run.ok, run
+    assert run.stdout.split() == ["False", "True"], run.stdout
+
+
 def test_the_preload_emulation_leaves_a_fixed_python_alone(monkeypatch):
     from multiprocessing import forkserver
 

@@ -249,7 +249,8 @@ def main() -> None:
     _track_processes()
     _watch_dataloader()
     startmethod = _by_path("startmethod")
-    startmethod.apply_requested(emulate_preload=True)  # the lab's switch: a changed default, not a set one
+    # the lab's switch: a changed default, not a set one
+    startmethod.apply_requested(emulate_preload=_labutils_child.when_imported)
     if cfg.get("start_method"):  # the run's own choice wins over the switch, and is a default too: the
         startmethod.set_default(cfg["start_method"])  # script may still set_start_method()
     # decided for this process and its forks: the script's own `import labutils` must not apply the switch

@@ -71,14 +71,16 @@ def decided() -> bool:
     return getattr(sys.modules.get("multiprocessing.context"), "_labutils_start_decided", False)
 
 
-def apply_requested(emulate_preload: bool = False) -> Optional[str]:
+def apply_requested(emulate_preload=None) -> Optional[str]:
     """Apply ``LABUTILS_START_METHOD`` to this process if it is set; return the method applied, or None.
-    ``emulate_preload``: the runner's bootstrap, where a script is ``__main__`` (see below)."""
+    ``emulate_preload``: where a script is ``__main__`` (the runner's bootstrap), the ``when_imported`` of
+    ``runner/child.py``, with which :func:`emulate_fixed_forkserver_preload` waits for the script's own import
+    of ``multiprocessing.forkserver``."""
     method = requested()
     if method is not None:
         set_default(method)
-        if emulate_preload and method == "forkserver":
-            emulate_fixed_forkserver_preload()
+        if emulate_preload is not None and method == "forkserver":
+            emulate_fixed_forkserver_preload(emulate_preload)
     return method
 
 
@@ -110,8 +112,8 @@ def runs_preload_main() -> bool:
 _EMULATION_LOCK = threading.Lock()  # one patched server start at a time (the patch swaps module functions)
 
 
-def emulate_fixed_forkserver_preload() -> bool:
-    """Make this process's fork server preload ``__main__`` as Python 3.14's does; True if it had to.
+def emulate_fixed_forkserver_preload(when_imported=None) -> bool:
+    """Make this process's fork server preload ``__main__`` as Python 3.14's does; True if it had to (or may).
 
     3.14 sets the server's ``sys.argv`` and ``sys.path`` to the parent's (gh-143706, gh-117378) and
     imports the main script there as ``__mp_main__``, with the bootstrapping check armed, so workers forked
@@ -119,7 +121,15 @@ def emulate_fixed_forkserver_preload() -> bool:
     so a loader that an unguarded top level starts there kills the server, as on 3.14. Here the server's
     command line gets the same steps (its ``main_path`` filled in; argv, path and default start method set
     in front of its command), and nothing else. A Python that does this itself is left alone.
+
+    ``when_imported`` (``runner/child.py``'s): the patch goes on as the script imports the fork server's
+    module, not before. Importing it here would import ``multiprocessing.util`` ahead of the script, and the
+    exit handler that joins the children a script left would then run after the script's own exit handlers,
+    not before them as under python (parity case ``atexit_before_multiprocessing``).
     """
+    if when_imported is not None:
+        when_imported("multiprocessing.forkserver", lambda module: emulate_fixed_forkserver_preload())
+        return True
     import functools
     import types
     from multiprocessing import forkserver, spawn, util

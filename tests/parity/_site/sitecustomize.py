@@ -2,7 +2,7 @@
 
 ``tests/parity/harness.py`` puts this folder on ``PYTHONPATH`` (last) when a case runs under a start method
 other than the machine's default. ``LABUTILS_START_METHOD`` is then applied exactly as an isolated run's
-bootstrap applies it (``startmethod.apply_requested(emulate_preload=True)``, loaded by path), so plain
+bootstrap applies it (``startmethod.apply_requested``, with ``child.when_imported``, both loaded by path), so plain
 python and the lab run the script under the same default. The next ``sitecustomize`` on ``sys.path`` (the
 suite's ledger) still runs.
 """
@@ -36,5 +36,9 @@ def _chain():
 if not getattr(sys, "_parity_site_done", False):
     sys._parity_site_done = True
     if os.environ.get("LABUTILS_START_METHOD") and os.environ.get("PARITY_STARTMETHOD_PY"):
-        _load("_parity_startmethod", os.environ["PARITY_STARTMETHOD_PY"]).apply_requested(emulate_preload=True)
+        before = set(sys.modules)
+        child = _load("_parity_child", os.path.join(os.path.dirname(os.environ["PARITY_STARTMETHOD_PY"]), "child.py"))
+        for name in set(sys.modules) - before:  # child.py's own imports (json): the script imports them itself, as
+            del sys.modules[name]  # python's, where it does (the bootstrap moves them there: _follow_imports)
+        _load("_parity_startmethod", os.environ["PARITY_STARTMETHOD_PY"]).apply_requested(child.when_imported)
     _chain()
