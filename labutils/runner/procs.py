@@ -33,7 +33,7 @@ from . import capabilities as _caps
 from .procfs import start_ticks, stat_fields
 
 HELPER_NAMES = ("torch_shm_manager",)
-HELPER_CMDLINE = ("multiprocessing.resource_tracker",)
+HELPER_CMDLINE = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
 class RunProcess:
@@ -187,18 +187,19 @@ class RunProcesses:
             procs = list(self.known.values())
         return [p for p in procs if self.alive(p)]
 
-    def terminate(self, helper_grace: float = 2.0) -> list:
+    def terminate(self, helper_grace: float = 5.0) -> list:
         """SIGKILL every process of the run, the run's clean-up helpers last; return pids still alive.
 
         The processes other than the main process found alive here (they outlived it) go to ``stopped``:
         under python they would have gone on alone (a DataLoader worker ends itself within 5 s of finding
         its parent gone); the lab stops them, and says so in their record.
 
-        Helpers (multiprocessing's resource_tracker, torch_shm_manager) unlink what the run registered with
-        them once every other process of the run is gone, so they get ``helper_grace`` seconds to do that
-        and exit by themselves. (A longer grace widens the window in which a warm run's helpers, alive after
-        its main process, look like strays to another session's ``find_strays``.) The main process's group
-        is killed only while it is un-reaped (see the module's docstring).
+        Helpers (multiprocessing's resource tracker and fork server, torch_shm_manager) end by themselves once
+        every other process of the run is gone: they unlink what the run registered with them, and the fork
+        server runs the exit handlers of the script it preloaded. They get ``helper_grace`` seconds to do
+        that. (A longer grace widens the window in which a warm run's helpers, alive after its main process,
+        look like strays to another session's ``find_strays``.) The main process's group is killed only
+        while it is un-reaped (see the module's docstring).
         """
         for _round in range(2):
             self.sweep()

@@ -193,9 +193,10 @@ def _in_folder(work: Path) -> list:
     return found
 
 
-def _alive_after(work: Path, grace: float = 1.0) -> int:
+def _alive_after(work: Path, grace: float = 5.0) -> int:
     """How many processes are still running in the folder once the run's helpers had ``grace`` seconds to
-    go (a resource tracker sees its pipe close and exits by itself); those left are killed here."""
+    go (a resource tracker or a fork server sees its pipe close and exits by itself: a fork server that
+    preloaded torch took over a second on a loaded machine); those left are killed here."""
     deadline = time.monotonic() + grace
     while True:
         pids = [p for p in _in_folder(work) if not _zombie(p)]
