@@ -200,3 +200,23 @@ def test_a_registered_process_still_dumps_its_stack():
     r = run_isolated("import time\ntime.sleep(60)\n", timeout=3)
     assert r.outcome == "timed_out", r
     assert any("time.sleep" in text or "line 2" in text for text in r.stacks.values()), r.stacks
+
+
+def test_a_process_in_its_exec_is_read_again_before_it_is_taken_for_one_to_kill(tmp_path, monkeypatch):
+    # a resource tracker started just as the main process ended was seen with no command line (mid-exec) and
+    # killed as a worker, its leak warning lost (6 runs in 40 under load): it is read again until it has one
+    sleeper = subprocess.Popen(["sleep", "30"])
+    procs = _procs.RunProcesses(str(tmp_path), sleeper.pid)
+    try:
+        reads = iter([("python", False, False), ("python", False, False),
+                      ("python", True, True)])  # no command line twice, then the tracker's
+        monkeypatch.setattr(_procs, "_identify", lambda pid: next(reads))
+        assert procs._became_helper(procs.known[sleeper.pid]) is True
+        monkeypatch.setattr(_procs, "_identify", lambda pid: ("python", False, False))
+        t0 = time.monotonic()
+        assert procs._became_helper(procs.known[sleeper.pid]) is False  # never named: not waited for long
+        assert time.monotonic() - t0 < 2
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        procs.close()

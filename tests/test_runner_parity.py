@@ -20,12 +20,10 @@ from labutils.runner import warm as _warm
 CASES = harness.cases()
 #: differences found and not fixed yet, (case, start method or None for any, launcher or None for any):
 #: why. Each is an xfail (not strict: a loaded machine decides some of them), and each is in the README's list.
-#: The fork server's output after the main process has ended is no longer cut (it is a helper now, as the
-#: tracker is, and helpers get 5 s to end by themselves). The tracker's still can be, rarely:
-_TRACKER = ("a resource tracker started just before the main process ends is seen and gone without its leak "
-            "warning (6 runs in 40 under three busy loops); probably still between its fork and its exec, with "
-            "the script's name, and stopped as a worker is: not confirmed")
-KNOWN = {("shared_memory_leak", None, None): _TRACKER, ("semaphore_leak_os_exit", None, None): _TRACKER}
+#: None today. The last ones went this round: output that a fork server or a resource tracker prints after the
+#: main process has ended, cut by the clean-up. The fork server is a helper now, as the tracker is; helpers get
+#: 5 s to end by themselves; and a tracker caught in its exec is read again, not killed as a worker.
+KNOWN: dict = {}
 
 
 def _known(request, case, method, launcher) -> None:

@@ -130,7 +130,7 @@ class RunProcesses:
                     os.close(pidfd)
                 self.refused[pid] = now_ticks
                 return None
-            name, helper = _identify(pid)
+            name, helper, _named = _identify(pid)
             proc = self.known[pid] = RunProcess(pid, now_ticks, pidfd, name, helper)
             return proc
 
@@ -232,13 +232,17 @@ class RunProcesses:
             left = [p for p in left if self.alive(p)]
         return [p.pid for p in left if p.pid != self.leader]
 
-    @staticmethod
-    def _became_helper(proc) -> bool:
+    def _became_helper(self, proc) -> bool:
         """Is ``proc`` a helper after all? One adopted between its fork and its exec carried its parent's name
         (torch_shm_manager is exec'd by a worker; on a loaded machine the window is long), so its name is
         read again before it is taken for a process to kill (its pidfd or start time keeps it the same
-        process)."""
-        name, helper = _identify(proc.pid)
+        process). In its exec it has no command line for a moment: read again until it has one or is gone,
+        for half a second at most (a resource tracker killed there, under load, lost its leak warning)."""
+        deadline = time.monotonic() + 0.5
+        name, helper, named = _identify(proc.pid)
+        while not named and time.monotonic() < deadline and self.alive(proc):
+            time.sleep(0.01)
+            name, helper, named = _identify(proc.pid)
         if helper:
             proc.name, proc.helper = name, True
         return helper
@@ -267,4 +271,4 @@ def _identify(pid: int) -> tuple:
         cmdline = ""
     # the kernel keeps 15 characters of a name in comm ("torch_shm_manag"): compare that much
     helper = name in {h[:15] for h in HELPER_NAMES} or any(h in cmdline for h in HELPER_CMDLINE)
-    return name, helper
+    return name, helper, bool(cmdline)
