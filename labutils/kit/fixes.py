@@ -343,7 +343,7 @@ class ResilientLoader:
         restarts_this_epoch = 0
         while True:
             iterator = iter(self._loader(batches[delivered:], auto, num_workers))
-            late = failure = None
+            late = None
             try:
                 try:
                     for batch in iterator:
