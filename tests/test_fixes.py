@@ -416,8 +416,9 @@ def test_resilient_loader_recovers_from_a_killed_worker(tmp_path, no_leaks):
 @needs_fork
 def test_a_death_is_judged_once_pytorch_no_longer_watches_the_dead_worker(tmp_path, monkeypatch, no_leaks):
     # seen in the matrix under load: the loop met the dead worker's reset hand-over, and PyTorch's SIGCHLD
-    # handler raised "killed by signal" while that error was judged, out of the loader. The handler raises only for workers
-    # still registered (`_worker_pids_set`); the judging must come after the shut-down that unregisters them.
+    # handler raised "killed by signal" while that error was judged, out of the loader. The handler raises only
+    # for workers still registered (`_worker_pids_set`): the judging must come after the shut-down that
+    # unregisters them.
     from torch.utils.data import DataLoader
 
     from labutils.kit import fixes
