@@ -395,7 +395,14 @@ def _run_target(cfg: dict) -> None:
         _exit_code[0] = 0 if code is None else code if isinstance(code, int) else 1
         raise  # python prints a code that is not an int and exits with the status
     except BaseException as exc:  # noqa: BLE001 - report everything, like the interpreter would
-        _uncaught(exc)
+        try:
+            _uncaught(exc)
+        except Exception:  # noqa: BLE001
+            # PyTorch's SIGCHLD report, its signal pending as _uncaught began, before _reports_held could hold
+            # it: dropped, as inside it, and the script's exception reported, once
+            if _printed:
+                raise
+            _uncaught(exc)
 
 
 def _own_frames_dropped(tb):
@@ -438,6 +445,7 @@ def _uncaught(exc: BaseException) -> None:
     if sys.version_info >= (3, 12):
         sys.last_exc = exc
     hook = getattr(sys, "excepthook", None)
+    _printed.append(True)
     if hook is None:
         print("sys.excepthook is missing", file=sys.stderr)
         sys.__excepthook__(kind, exc, tb)
@@ -491,6 +499,9 @@ def _record_chain(exc: BaseException) -> None:
             json.dump(_chain(exc), fh, default=repr)
     except Exception:  # noqa: BLE001, S110 - evidence is best effort
         pass
+
+
+_printed: list = []  # the script's exception has gone to sys.excepthook (see _run_target)
 
 
 class _reports_held:
